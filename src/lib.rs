@@ -1,0 +1,11 @@
+//! tabcontam: detects, tracks and reports LLM contamination with tabular data.
+//!
+//! The method is Ronval, Dupont & Nijssen's: nine contamination tests, a membership test,
+//! 0/1-shot classification, four serialization templates and two decision algorithms.
+//! See `ARCHITECTURE.md` for the code map and the invariants each module keeps.
+
+pub mod cli;
+pub mod commands;
+pub mod dataset;
+pub mod decide;
+pub mod probe;
