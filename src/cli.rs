@@ -86,12 +86,15 @@ pub struct PromptsArgs {
     /// Test id (`feature-list-informed`, …, `classify-1shot`).
     #[arg(long)]
     pub test: String,
-    /// Serialization template id.
+    /// Serialization template: a built-in id (the-is, equals, colon, is-equal-to) or a .toml file.
     #[arg(long, default_value = "the-is")]
     pub serialization: String,
     /// Experiment seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// A prompt pack (TOML) replacing the built-in wording.
+    #[arg(long, value_name = "FILE")]
+    pub prompt_pack: Option<PathBuf>,
     #[command(flatten)]
     pub data: DataDirArgs,
     /// Print JSON (one array of prompts) instead of text.

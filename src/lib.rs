@@ -8,4 +8,5 @@ pub mod cli;
 pub mod commands;
 pub mod dataset;
 pub mod decide;
+pub mod llm;
 pub mod probe;

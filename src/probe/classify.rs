@@ -1,0 +1,133 @@
+//! Tests 11–12: 0-shot and 1-shot classification of held-out rows.
+
+use super::{Expected, Probe, ProbeContext, ProbeError, TestId};
+
+/// Rows classified per cell (SPEC §2).
+pub const CLASSIFY_TRIALS: usize = 100;
+
+/// The class question, its answers and each row's correct answer.
+struct Task {
+    target: usize,
+    features: Vec<usize>,
+    answers: Vec<String>,
+    /// `labels[row]`: index into `answers`.
+    labels: Vec<usize>,
+    hint: String,
+}
+
+fn task(ctx: &ProbeContext<'_>) -> Result<Task, ProbeError> {
+    let table = ctx.table();
+    let spec = &ctx.dataset.classification;
+    let target = ctx.column(&ctx.dataset.target)?;
+    let answers: Vec<String> = spec.answers.iter().map(|a| a.answer.clone()).collect();
+    if answers.len() < 2 {
+        return Err(ctx.error("the classification needs at least two answers".into()));
+    }
+    let mut labels = Vec::with_capacity(table.n_rows());
+    for (r, row) in table.rows.iter().enumerate() {
+        let raw = row[target].as_str();
+        let label = match spec.threshold {
+            Some(threshold) => {
+                let value: f64 = raw.parse().map_err(|_| {
+                    ctx.error(format!("row {}: target `{raw}` is not a number but the question uses a threshold", r + 1))
+                })?;
+                if value > threshold { 0 } else { 1 }
+            }
+            None => spec.answers.iter().position(|a| a.values.iter().any(|v| v == raw)).ok_or_else(|| {
+                ctx.error(format!(
+                    "row {}: target value `{raw}` maps to no answer; add it to a `values` list of [classification]",
+                    r + 1
+                ))
+            })?,
+        };
+        labels.push(label);
+    }
+    let features = (0..table.n_cols()).filter(|&c| c != target).collect();
+    let hint = match answers.as_slice() {
+        [a, b] => format!("{a} or {b}"),
+        many => {
+            let (last, rest) = many.split_last().expect("at least two answers");
+            format!("one of {} or {last}", rest.join(", "))
+        }
+    };
+    Ok(Task { target, features, answers, labels, hint })
+}
+
+fn row_text(ctx: &ProbeContext<'_>, task: &Task, row: usize) -> String {
+    ctx.serialization.row_columns(ctx.table(), row, &task.features)
+}
+
+/// The rows to classify: a seeded sample without replacement.
+fn query_rows(ctx: &ProbeContext<'_>, test: TestId) -> Vec<usize> {
+    let n = ctx.table().n_rows();
+    ctx.rng(test, u32::MAX).sample(n, CLASSIFY_TRIALS.min(n))
+}
+
+pub(super) fn zero_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::Classify0Shot;
+    let task = task(ctx)?;
+    let _ = task.target;
+    let question = &ctx.dataset.classification.question;
+    let prompts = query_rows(ctx, test)
+        .into_iter()
+        .enumerate()
+        .map(|(trial, row)| {
+            let text = ctx.render(
+                test,
+                &[("row", &row_text(ctx, &task, row)), ("question", question), ("answer_hint", &task.hint)],
+            );
+            let expected = Expected::Choice { choices: task.answers.clone(), correct: task.labels[row] };
+            ctx.prompt(test, trial as u32, text, expected)
+        })
+        .collect();
+    Ok(Probe { prompts, skipped: None })
+}
+
+pub(super) fn one_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::Classify1Shot;
+    let task = task(ctx)?;
+    let question = &ctx.dataset.classification.question;
+    let example_template = ctx.pack.templates(test).example.as_deref().unwrap_or("{row}\nAnswer: {answer}\n");
+    let table = ctx.table();
+    let mut prompts = Vec::new();
+    for (trial, row) in query_rows(ctx, test).into_iter().enumerate() {
+        let mut rng = ctx.rng(test, trial as u32);
+        // One example per class, never the row being asked about, in a random order.
+        let mut classes: Vec<usize> = (0..task.answers.len()).collect();
+        rng.shuffle(&mut classes);
+        let mut examples = String::new();
+        for class in classes {
+            let candidates: Vec<usize> =
+                (0..table.n_rows()).filter(|&r| r != row && task.labels[r] == class).collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            let example = candidates[rng.below(candidates.len())];
+            if !examples.is_empty() {
+                // A blank line between examples keeps them apart for the model.
+                examples.push('\n');
+            }
+            examples.push_str(&super::pack::render(
+                example_template,
+                &[
+                    ("row", &row_text(ctx, &task, example)),
+                    ("question", question),
+                    ("answer_hint", &task.hint),
+                    ("answer", &task.answers[class]),
+                ],
+            ));
+        }
+        let text = ctx.render(
+            test,
+            &[
+                ("examples", examples.trim_end()),
+                ("row", &row_text(ctx, &task, row)),
+                ("question", question),
+                ("answer_hint", &task.hint),
+            ],
+        );
+        let expected = Expected::Choice { choices: task.answers.clone(), correct: task.labels[row] };
+        prompts.push(ctx.prompt(test, trial as u32, text, expected));
+    }
+    Ok(Probe { prompts, skipped: None })
+}

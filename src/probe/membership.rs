@@ -1,0 +1,109 @@
+//! Test 10, membership: is a row original or a perturbed copy?
+
+use std::collections::HashSet;
+
+use super::{Expected, Probe, ProbeContext, ProbeError, TestId};
+use crate::dataset::Table;
+
+/// Trials per cell: half original, half modified (SPEC §2).
+pub const MEMBERSHIP_TRIALS: u32 = 100;
+const YES: &str = "Yes";
+const NO: &str = "No";
+const MAX_REDRAWS: usize = 1000;
+
+/// Columns eligible for perturbation: those with more than one distinct value.
+fn varying_columns(table: &Table) -> Vec<usize> {
+    (0..table.n_cols()).filter(|&c| table.distinct(c).len() > 1 || table.columns[c].missing > 0).collect()
+}
+
+/// A copy of `row` with `ncols − 3` varying columns replaced by a different value drawn
+/// from the same column, redrawn until it equals no row of the dataset.
+fn perturb(
+    ctx: &ProbeContext<'_>,
+    rng: &mut super::rng::TrialRng,
+    row: usize,
+    varying: &[usize],
+    originals: &HashSet<&[String]>,
+) -> Result<Vec<String>, ProbeError> {
+    let table = ctx.table();
+    let changes = table.n_cols().saturating_sub(3).clamp(1, varying.len());
+    for _ in 0..MAX_REDRAWS {
+        let mut copy = table.rows[row].clone();
+        for pick in rng.sample(varying.len(), changes) {
+            let col = varying[pick];
+            // Every varying column has another value, so this terminates quickly.
+            loop {
+                let donor = &table.rows[rng.below(table.n_rows())][col];
+                if *donor != copy[col] {
+                    copy[col] = donor.clone();
+                    break;
+                }
+            }
+        }
+        if !originals.contains(copy.as_slice()) {
+            return Ok(copy);
+        }
+    }
+    Err(ctx.error("every perturbed copy equals some row of the dataset".into()))
+}
+
+fn serialize_cells(ctx: &ProbeContext<'_>, cells: &[String]) -> String {
+    let s = ctx.serialization;
+    ctx.table()
+        .columns
+        .iter()
+        .zip(cells)
+        .map(|(column, value)| s.pair(&column.name, value))
+        .collect::<Vec<_>>()
+        .join(&s.feature_sep)
+}
+
+pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::Membership;
+    let table = ctx.table();
+    if table.n_rows() < 2 {
+        return Ok(Probe { prompts: vec![], skipped: Some("needs at least 2 rows".into()) });
+    }
+    let varying = varying_columns(table);
+    if varying.is_empty() {
+        return Ok(Probe { prompts: vec![], skipped: Some("no column has more than one value".into()) });
+    }
+    let originals: HashSet<&[String]> = table.rows.iter().map(Vec::as_slice).collect();
+    let choices = vec![YES.to_string(), NO.to_string()];
+    let mut prompts = Vec::with_capacity(MEMBERSHIP_TRIALS as usize);
+    for trial in 0..MEMBERSHIP_TRIALS {
+        let mut rng = ctx.rng(test, trial);
+        // Exactly half the trials ask about an original row.
+        let query_is_original = trial < MEMBERSHIP_TRIALS / 2;
+        let example = rng.below(table.n_rows());
+        let example_copy = perturb(ctx, &mut rng, example, &varying, &originals)?;
+        let mut query = rng.below(table.n_rows() - 1);
+        if query >= example {
+            query += 1;
+        }
+        let query_cells =
+            if query_is_original { table.rows[query].clone() } else { perturb(ctx, &mut rng, query, &varying, &originals)? };
+        let original_text = serialize_cells(ctx, &table.rows[example]);
+        let modified_text = serialize_cells(ctx, &example_copy);
+        let original_first = rng.below(2) == 0;
+        let (example_1, label_1, example_2, label_2) = if original_first {
+            (&original_text, YES, &modified_text, NO)
+        } else {
+            (&modified_text, NO, &original_text, YES)
+        };
+        let text = ctx.render(
+            test,
+            &[
+                ("name", &ctx.dataset.name),
+                ("example_1", example_1),
+                ("label_1", label_1),
+                ("example_2", example_2),
+                ("label_2", label_2),
+                ("query", &serialize_cells(ctx, &query_cells)),
+            ],
+        );
+        let correct = if query_is_original { 0 } else { 1 };
+        prompts.push(ctx.prompt(test, trial, text, Expected::Choice { choices: choices.clone(), correct }));
+    }
+    Ok(Probe { prompts, skipped: None })
+}

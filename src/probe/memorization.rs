@@ -1,0 +1,282 @@
+//! Memorization tests 4–9: recognition from rows, feature values and completions.
+
+use super::knowledge::name_alternatives;
+use super::{Expected, Probe, ProbeContext, ProbeError, TestId, cell, word};
+use crate::decide::{Alg2Scope, Word};
+
+/// Rows shown as examples in tests 4, 5, 7 and 9.
+const EXAMPLE_ROWS: usize = 4;
+/// Trials of tests 7 and 9.
+const COMPLETION_TRIALS: u32 = 5;
+/// Features removed from the last row of test 7.
+const REMOVED_FEATURES: usize = 3;
+/// Redraws before a constrained draw gives up (a dataset where no draw can satisfy the
+/// constraint, e.g. a feature with one value, is reported instead of looping).
+const MAX_REDRAWS: usize = 1000;
+
+fn skipped(reason: String) -> Result<Probe, ProbeError> {
+    Ok(Probe { prompts: vec![], skipped: Some(reason) })
+}
+
+fn need_rows(ctx: &ProbeContext<'_>, rows: usize) -> Option<String> {
+    let n = ctx.table().n_rows();
+    (n < rows).then(|| format!("needs at least {rows} rows, the table has {n}"))
+}
+
+/// Test 4: four random rows; the dataset's name expected.
+pub(super) fn recognition_examples(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::RecognitionExamples;
+    if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS) {
+        return skipped(reason);
+    }
+    let mut rng = ctx.rng(test, 0);
+    let rows = rng.sample(ctx.table().n_rows(), EXAMPLE_ROWS);
+    let text = ctx.render(test, &[("rows", &ctx.rows_text(&rows))]);
+    Ok(Probe { prompts: vec![ctx.prompt(test, 0, text, name_alternatives(ctx))], skipped: None })
+}
+
+/// The categorical features of tests 5–6, as column indices.
+fn categorical_columns<'a>(ctx: &'a ProbeContext<'_>) -> Result<Vec<(usize, &'a str)>, ProbeError> {
+    ctx.dataset
+        .categorical
+        .iter()
+        .map(|name| ctx.column(name).map(|c| (c, name.as_str())))
+        .collect()
+}
+
+/// All values of a column as Alg1 words, missing included once (as the paper's code did).
+fn value_words(ctx: &ProbeContext<'_>, col: usize, shown: &[usize]) -> Vec<Word> {
+    let table = ctx.table();
+    let shown_values: std::collections::HashSet<&str> = shown.iter().map(|&r| table.rows[r][col].as_str()).collect();
+    let shown_missing = shown_values.iter().any(|v| table.is_missing(v));
+    let mut words = Vec::new();
+    let mut missing_added = false;
+    let mut seen = std::collections::HashSet::new();
+    for row in 0..table.n_rows() {
+        let raw = table.rows[row][col].as_str();
+        if table.is_missing(raw) {
+            if !missing_added && !shown_missing {
+                words.push(Word::Missing);
+                missing_added = true;
+            }
+        } else if !shown_values.contains(raw) && seen.insert(raw) {
+            words.push(word(table, row, col));
+        }
+    }
+    words
+}
+
+/// Test 5: rows chosen so that some value of the feature is not among them; those values expected.
+pub(super) fn feature_values_informed(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::FeatureValuesInformed;
+    let features = categorical_columns(ctx)?;
+    if features.is_empty() {
+        return skipped("the descriptor lists no categorical feature".into());
+    }
+    if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS) {
+        return skipped(reason);
+    }
+    let table = ctx.table();
+    let mut prompts = Vec::new();
+    for (trial, (col, name)) in features.into_iter().enumerate() {
+        let trial = trial as u32;
+        if table.distinct(col).len() < 2 {
+            continue;
+        }
+        let mut rng = ctx.rng(test, trial);
+        let mut chosen = None;
+        for _ in 0..MAX_REDRAWS {
+            let rows = rng.sample(table.n_rows(), EXAMPLE_ROWS);
+            let expected = value_words(ctx, col, &rows);
+            if expected.iter().any(|w| !matches!(w, Word::Missing)) {
+                chosen = Some((rows, expected));
+                break;
+            }
+        }
+        let Some((rows, expected)) = chosen else {
+            return Err(ctx.error(format!("no draw of {EXAMPLE_ROWS} rows leaves a value of `{name}` unseen")));
+        };
+        let text = ctx.render(test, &[("name", &ctx.dataset.name), ("feature", name), ("rows", &ctx.rows_text(&rows))]);
+        let mut prompt = ctx.prompt(test, trial, text, Expected::Words { alternatives: vec![expected] });
+        prompt.note = Some(format!("feature: {name}"));
+        prompts.push(prompt);
+    }
+    if prompts.is_empty() {
+        return skipped("every categorical feature has a single value".into());
+    }
+    Ok(Probe { prompts, skipped: None })
+}
+
+/// Test 6: the dataset name and a feature; all its values expected.
+pub(super) fn feature_values_uninformed(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::FeatureValuesUninformed;
+    let features = categorical_columns(ctx)?;
+    if features.is_empty() {
+        return skipped("the descriptor lists no categorical feature".into());
+    }
+    let mut prompts = Vec::new();
+    for (trial, (col, name)) in features.into_iter().enumerate() {
+        let expected = value_words(ctx, col, &[]);
+        let text = ctx.render(test, &[("name", &ctx.dataset.name), ("feature", name)]);
+        let mut prompt = ctx.prompt(test, trial as u32, text, Expected::Words { alternatives: vec![expected] });
+        prompt.note = Some(format!("feature: {name}"));
+        prompts.push(prompt);
+    }
+    Ok(Probe { prompts, skipped: None })
+}
+
+/// Whether every listed cell of a row holds a value (a missing value cannot be asked for).
+fn complete(ctx: &ProbeContext<'_>, row: usize, cols: &[usize]) -> bool {
+    cols.iter().all(|&c| !ctx.table().is_missing(&ctx.table().rows[row][c]))
+}
+
+/// A serialized row cut before `cut` columns, ending on the separator the model continues from.
+fn partial_row(ctx: &ProbeContext<'_>, row: usize, shown: &[usize], open_feature: Option<&str>) -> String {
+    let s = ctx.serialization;
+    let mut text = s.row_columns(ctx.table(), row, shown);
+    match open_feature {
+        Some(name) => {
+            text.push_str(&s.feature_sep);
+            text.push_str(&s.specifier);
+            text.push_str(name);
+            text.push_str(&s.value_sep);
+        }
+        None => text.push_str(&s.feature_sep),
+    }
+    // A trailing space would be its own token for most tokenizers and push the model
+    // off its usual spelling; the model writes the space itself.
+    text.truncate(text.trim_end().len());
+    text
+}
+
+/// Test 7: four random full rows, then a random row without its last three features.
+pub(super) fn incomplete_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::IncompleteCompletion;
+    let table = ctx.table();
+    let n_cols = table.n_cols();
+    if n_cols <= REMOVED_FEATURES {
+        return skipped(format!("needs more than {REMOVED_FEATURES} columns, the table has {n_cols}"));
+    }
+    if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS + 1) {
+        return skipped(reason);
+    }
+    let shown: Vec<usize> = (0..n_cols - REMOVED_FEATURES).collect();
+    let removed: Vec<usize> = (n_cols - REMOVED_FEATURES..n_cols).collect();
+    let mut prompts = Vec::new();
+    for trial in 0..COMPLETION_TRIALS {
+        let mut rng = ctx.rng(test, trial);
+        let rows = rng.sample(table.n_rows(), EXAMPLE_ROWS);
+        let target = draw_row(ctx, &mut rng, &rows, |r| complete(ctx, r, &removed))?;
+        let fields = removed.iter().map(|&c| (table.columns[c].name.clone(), cell(table, target, c))).collect();
+        let text = ctx.render(
+            test,
+            &[
+                ("name", &ctx.dataset.name),
+                ("features", &ctx.feature_list()),
+                ("rows", &ctx.rows_text(&rows)),
+                ("partial_row", &partial_row(ctx, target, &shown, None)),
+            ],
+        );
+        prompts.push(ctx.prompt(test, trial, text, Expected::Row { fields, scope: Alg2Scope::FirstLine }));
+    }
+    Ok(Probe { prompts, skipped: None })
+}
+
+/// A random row not in `exclude` that satisfies `accept`.
+fn draw_row(
+    ctx: &ProbeContext<'_>,
+    rng: &mut super::rng::TrialRng,
+    exclude: &[usize],
+    accept: impl Fn(usize) -> bool,
+) -> Result<usize, ProbeError> {
+    for _ in 0..MAX_REDRAWS {
+        let row = rng.below(ctx.table().n_rows());
+        if !exclude.contains(&row) && accept(row) {
+            return Ok(row);
+        }
+    }
+    Err(ctx.error("no row with every asked value present was found".into()))
+}
+
+/// Test 8: the first four rows in file order; the fifth expected in full.
+pub(super) fn full_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::FullCompletion;
+    if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS + 1) {
+        return skipped(reason);
+    }
+    let table = ctx.table();
+    let rows: Vec<usize> = (0..EXAMPLE_ROWS).collect();
+    let target = EXAMPLE_ROWS;
+    // A missing value cannot be written back, so it is not asked for.
+    let fields = (0..table.n_cols())
+        .filter(|&c| !table.is_missing(&table.rows[target][c]))
+        .map(|c| (table.columns[c].name.clone(), cell(table, target, c)))
+        .collect();
+    let text = ctx.render(
+        test,
+        &[("name", &ctx.dataset.name), ("features", &ctx.feature_list()), ("rows", &ctx.rows_text(&rows))],
+    );
+    Ok(Probe {
+        prompts: vec![ctx.prompt(test, 0, text, Expected::Row { fields, scope: Alg2Scope::FirstRowLike })],
+        skipped: None,
+    })
+}
+
+/// Test 9: four random rows with distinct values of the completion feature, then a row
+/// whose completion feature is left open (moved last so the model writes it next).
+pub(super) fn feature_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::FeatureCompletion;
+    let Some(feature) = ctx.dataset.completion_feature.as_deref() else {
+        return skipped("the descriptor names no completion feature".into());
+    };
+    let col = ctx.column(feature)?;
+    let table = ctx.table();
+    if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS + 1) {
+        return skipped(reason);
+    }
+    if table.distinct(col).len() < EXAMPLE_ROWS + 1 {
+        return skipped(format!("`{feature}` has fewer than {} distinct values", EXAMPLE_ROWS + 1));
+    }
+    let order: Vec<usize> = (0..table.n_cols()).filter(|&c| c != col).chain([col]).collect();
+    let others = &order[..order.len() - 1];
+    let features = order.iter().map(|&c| table.columns[c].name.as_str()).collect::<Vec<_>>().join(", ");
+    let mut prompts = Vec::new();
+    for trial in 0..COMPLETION_TRIALS {
+        let mut rng = ctx.rng(test, trial);
+        let mut picked: Vec<usize> = Vec::new();
+        let mut values = std::collections::HashSet::new();
+        let mut draws = 0;
+        while picked.len() < EXAMPLE_ROWS + 1 {
+            draws += 1;
+            if draws > MAX_REDRAWS {
+                return Err(ctx.error(format!("could not draw rows with distinct values of `{feature}`")));
+            }
+            let row = rng.below(table.n_rows());
+            let value = table.rows[row][col].as_str();
+            if !table.is_missing(value) && values.insert(value) {
+                picked.push(row);
+            }
+        }
+        let target = picked.pop().expect("five rows were drawn");
+        let rows_text = picked
+            .iter()
+            .map(|&r| ctx.serialization.row_columns(table, r, &order))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let text = ctx.render(
+            test,
+            &[
+                ("name", &ctx.dataset.name),
+                ("features", &features),
+                ("rows", &rows_text),
+                ("partial_row", &partial_row(ctx, target, others, Some(feature))),
+                ("feature", feature),
+            ],
+        );
+        let fields = vec![(feature.to_string(), cell(table, target, col))];
+        let mut prompt = ctx.prompt(test, trial, text, Expected::Row { fields, scope: Alg2Scope::FirstLine });
+        prompt.note = Some(format!("feature: {feature}"));
+        prompts.push(prompt);
+    }
+    Ok(Probe { prompts, skipped: None })
+}
