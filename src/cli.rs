@@ -21,6 +21,64 @@ pub enum Command {
     Prompts(PromptsArgs),
     /// Judge the conformance records of DIR with our decision code and report agreement.
     Parity(ParityArgs),
+    /// Requests an experiment needs, already cached, and to send (sends nothing).
+    Plan(PlanArgs),
+    /// Send the missing requests of an experiment, then decide every trial.
+    Run(RunArgs),
+    /// Runs, cache size and hit statistics, failures.
+    Status(StatusArgs),
+}
+
+/// The cache file.
+#[derive(Debug, Clone, Args)]
+pub struct CacheArgs {
+    /// SQLite cache of prompts, responses, runs and verdicts.
+    #[arg(long, env = "TABCONTAM_CACHE", value_name = "FILE", default_value = "cache/tabcontam.sqlite")]
+    pub cache: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Experiment spec (TOML).
+    pub spec: PathBuf,
+    /// Only these models (ids from the spec); repeatable.
+    #[arg(long = "model", value_name = "ID")]
+    pub models: Vec<String>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub data: DataDirArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Experiment spec (TOML).
+    pub spec: PathBuf,
+    /// Only these models (ids from the spec); repeatable.
+    #[arg(long = "model", value_name = "ID")]
+    pub models: Vec<String>,
+    /// Answer from the cache only; report what is missing.
+    #[arg(long)]
+    pub offline: bool,
+    /// No progress bars (plain log lines instead).
+    #[arg(long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub data: DataDirArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Where dataset files are looked up.
@@ -50,10 +108,13 @@ pub enum DatasetsCommand {
         /// Number of rows to print.
         #[arg(long, default_value_t = 5)]
         head: usize,
+        /// Print a JSON object instead of text.
         #[arg(long)]
         json: bool,
     },
-    /// Turn a CSV file into a dataset with a generated descriptor in the user data directory.
+    /// Turn a CSV file into a dataset with a generated descriptor in the user data directory
+    /// (`$TABCONTAM_HOME/datasets`, else `$XDG_DATA_HOME/tabcontam/datasets`, else
+    /// `~/.local/share/tabcontam/datasets`).
     Import {
         /// The CSV file.
         file: PathBuf,
@@ -63,10 +124,12 @@ pub enum DatasetsCommand {
         /// Target column.
         #[arg(long)]
         target: String,
-        #[command(flatten)]
-        data: DataDirArgs,
+        /// Replace a dataset imported earlier under the same name (never a built-in one).
+        #[arg(long)]
+        force: bool,
     },
-    /// Download a dataset from its descriptor's URL, verify its checksum and store it.
+    /// Download a dataset from its descriptor's URL, verify its checksum and store it in the
+    /// user data directory (or in --data-dir when given).
     Fetch {
         /// Dataset id or alias.
         name: String,
@@ -106,8 +169,9 @@ pub struct PromptsArgs {
 pub struct ParityArgs {
     /// Directory holding `algorithm1.jsonl` and `algorithm2.jsonl`.
     pub dir: PathBuf,
-    /// Alg1 dictionary profile: `hunspell` (SPEC default) or `paper`.
-    #[arg(long, default_value = "hunspell")]
+    /// Alg1 dictionary profile. Parity replays the authors' pipeline, so it defaults to
+    /// `paper` (Hunspell plus the authors' three removed words); `hunspell` is plain Hunspell.
+    #[arg(long, default_value = "paper")]
     pub profile: String,
     /// Print `{"algorithm1":{"agree":N,"total":M},"algorithm2":{…}}`.
     #[arg(long)]

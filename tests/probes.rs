@@ -142,13 +142,13 @@ fn max_tokens_and_trial_counts_follow_the_spec() {
 #[test]
 fn feature_lists_leave_out_the_identifier_and_the_given_features() {
     let probe = build(TestId::FeatureListUninformed, "the-is", 0);
-    let Expected::Words { alternatives } = &probe.prompts[0].expected else { panic!() };
-    assert!(!alternatives[0].contains(&Word::Text("id".into())));
-    assert_eq!(alternatives[0].len(), 5);
+    let Expected::Words { words } = &probe.prompts[0].expected else { panic!() };
+    assert!(!words.contains(&Word::Text("id".into())));
+    assert_eq!(words.len(), 5);
     for p in build(TestId::FeatureListInformed, "the-is", 0).prompts {
-        let Expected::Words { alternatives } = &p.expected else { panic!() };
+        let Expected::Words { words } = &p.expected else { panic!() };
         // min(5, ncols - 2) = 4 given; the rest (minus the id) expected.
-        for word in &alternatives[0] {
+        for word in words {
             let Word::Text(name) = word else { panic!() };
             assert!(!p.text.contains(&format!(" {name},")) && !p.text.ends_with(name.as_str()), "{name} given and expected");
         }
@@ -159,9 +159,9 @@ fn feature_lists_leave_out_the_identifier_and_the_given_features() {
 fn informed_values_always_leave_a_value_unseen() {
     for seed in 0..20 {
         for p in build(TestId::FeatureValuesInformed, "the-is", seed).prompts {
-            let Expected::Words { alternatives } = &p.expected else { panic!() };
-            assert!(alternatives[0].iter().any(|w| matches!(w, Word::Text(_))), "seed {seed}: {p:?}");
-            for word in &alternatives[0] {
+            let Expected::Words { words } = &p.expected else { panic!() };
+            assert!(words.iter().any(|w| matches!(w, Word::Text(_))), "seed {seed}: {p:?}");
+            for word in words {
                 if let Word::Text(v) = word {
                     let feature = p.note.as_deref().unwrap().trim_start_matches("feature: ");
                     assert!(!p.text.contains(&format!("The {feature} is {v},")), "seed {seed}: {v} shown and expected");

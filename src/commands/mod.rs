@@ -2,7 +2,10 @@
 
 pub mod datasets;
 pub mod parity;
+pub mod plan;
 pub mod prompts;
+pub mod run;
+pub mod status;
 
 use std::process::ExitCode;
 
@@ -14,5 +17,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Datasets(cmd) => datasets::run(cmd),
         Command::Prompts(args) => prompts::run(args),
         Command::Parity(args) => parity::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Status(args) => status::run(args),
     }
 }

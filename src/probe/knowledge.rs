@@ -31,7 +31,7 @@ pub(super) fn feature_list_informed(ctx: &ProbeContext<'_>) -> Result<Probe, Pro
         let remaining = (0..n_cols).filter(|c| !given.contains(c)).map(|c| table.columns[c].name.as_str());
         let expected = expected_feature_words(ctx, remaining);
         let text = ctx.render(test, &[("name", &ctx.dataset.name), ("given_features", &given_names.join(", "))]);
-        prompts.push(ctx.prompt(test, trial, text, Expected::Words { alternatives: vec![expected] }));
+        prompts.push(ctx.prompt(test, trial, text, Expected::Words { words: expected }));
     }
     Ok(Probe { prompts, skipped: None })
 }
@@ -42,18 +42,15 @@ pub(super) fn feature_list_uninformed(ctx: &ProbeContext<'_>) -> Result<Probe, P
     let expected = expected_feature_words(ctx, ctx.table().column_names());
     let text = ctx.render(test, &[("name", &ctx.dataset.name)]);
     Ok(Probe {
-        prompts: vec![ctx.prompt(test, 0, text, Expected::Words { alternatives: vec![expected] })],
+        prompts: vec![ctx.prompt(test, 0, text, Expected::Words { words: expected })],
         skipped: None,
     })
 }
 
 /// The expected answers of the recognition tests: the long name, then each alias.
 pub(super) fn name_alternatives(ctx: &ProbeContext<'_>) -> Expected {
-    let alternatives = std::iter::once(&ctx.dataset.name)
-        .chain(&ctx.dataset.aliases)
-        .map(|name| vec![Word::Text(name.clone())])
-        .collect();
-    Expected::Words { alternatives }
+    let names = std::iter::once(&ctx.dataset.name).chain(&ctx.dataset.aliases).cloned().collect();
+    Expected::Names { names }
 }
 
 /// Test 3: the full list of feature names; the dataset's name expected.

@@ -97,7 +97,7 @@ pub(super) fn feature_values_informed(ctx: &ProbeContext<'_>) -> Result<Probe, P
             return Err(ctx.error(format!("no draw of {EXAMPLE_ROWS} rows leaves a value of `{name}` unseen")));
         };
         let text = ctx.render(test, &[("name", &ctx.dataset.name), ("feature", name), ("rows", &ctx.rows_text(&rows))]);
-        let mut prompt = ctx.prompt(test, trial, text, Expected::Words { alternatives: vec![expected] });
+        let mut prompt = ctx.prompt(test, trial, text, Expected::Words { words: expected });
         prompt.note = Some(format!("feature: {name}"));
         prompts.push(prompt);
     }
@@ -118,7 +118,7 @@ pub(super) fn feature_values_uninformed(ctx: &ProbeContext<'_>) -> Result<Probe,
     for (trial, (col, name)) in features.into_iter().enumerate() {
         let expected = value_words(ctx, col, &[]);
         let text = ctx.render(test, &[("name", &ctx.dataset.name), ("feature", name)]);
-        let mut prompt = ctx.prompt(test, trial as u32, text, Expected::Words { alternatives: vec![expected] });
+        let mut prompt = ctx.prompt(test, trial as u32, text, Expected::Words { words: expected });
         prompt.note = Some(format!("feature: {name}"));
         prompts.push(prompt);
     }

@@ -171,9 +171,10 @@ pub enum ProbeError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "algorithm", rename_all = "kebab-case")]
 pub enum Expected {
-    /// Alg1 on each alternative list of words; the trial passes if any alternative passes
-    /// (recognition tests try the name, then each alias).
-    Words { alternatives: Vec<Vec<Word>> },
+    /// Alg1 on the expected words.
+    Words { words: Vec<Word> },
+    /// Alg1 on the dataset's long name, then on each alias (recognition tests 3–4).
+    Names { names: Vec<String> },
     /// Alg2 on (feature, value) pairs within the scoped output.
     Row { fields: Vec<(String, Cell)>, scope: Alg2Scope },
     /// The answer parser; `correct` indexes `choices`.
@@ -298,10 +299,12 @@ pub struct TrialVerdict {
 /// Decides one trial from the model's output.
 pub fn judge(expected: &Expected, output: &str, dictionary: &Dictionary, profile: Alg1Profile) -> TrialVerdict {
     match expected {
-        Expected::Words { alternatives } => TrialVerdict {
-            passed: alternatives.iter().any(|words| decide::alg1(output, words, dictionary, profile)),
-            invalid: false,
-        },
+        Expected::Words { words } => {
+            TrialVerdict { passed: decide::alg1(output, words, dictionary, profile), invalid: false }
+        }
+        Expected::Names { names } => {
+            TrialVerdict { passed: decide::alg1_any_name(output, names, dictionary, profile), invalid: false }
+        }
         Expected::Row { fields, scope } => TrialVerdict { passed: decide::alg2(output, fields, *scope), invalid: false },
         Expected::Choice { choices, correct } => match decide::parse_answer(output, choices) {
             Answer::Valid(index) => TrialVerdict { passed: index == *correct, invalid: false },

@@ -1,0 +1,5 @@
+//! Running experiments: specs, the planner (spec → requests, diffed against the cache)
+//! and the executor (tokio; limits, retries, progress, Ctrl-C).
+
+pub mod plan;
+pub mod spec;
