@@ -10,3 +10,5 @@ pub mod dataset;
 pub mod decide;
 pub mod llm;
 pub mod probe;
+pub mod store;
+pub mod run;

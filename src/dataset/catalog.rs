@@ -1,8 +1,108 @@
 //! The catalog of known datasets: shipped and user descriptors, and where their files live.
+//!
+//! Built-in descriptors are compiled into the binary, so it knows the paper's datasets from
+//! any working directory. Files are looked up, for each variant in the descriptor's order of
+//! preference, in: the `--data-dir` / `TABCONTAM_DATA_DIR` directory, the user data
+//! directory (`<home>/datasets`, see [`user_home`]), then the shipped `datasets/` folder.
+//! The first variant found anywhere wins, so pointing `--data-dir` at the paper's files
+//! makes them win over the shipped stand-ins.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use super::{Dataset, Descriptor};
+use super::Dataset;
+use super::descriptor::{DataFile, Descriptor};
+
+/// `(file name, TOML text)` of every built-in descriptor.
+const BUILTIN_DESCRIPTORS: &[(&str, &str)] = &[
+    ("adult.toml", include_str!("../../datasets/adult.toml")),
+    ("bank.toml", include_str!("../../datasets/bank.toml")),
+    ("german.toml", include_str!("../../datasets/german.toml")),
+    ("housing.toml", include_str!("../../datasets/housing.toml")),
+    ("iris.toml", include_str!("../../datasets/iris.toml")),
+    ("wine.toml", include_str!("../../datasets/wine.toml")),
+    ("titanic.toml", include_str!("../../datasets/titanic.toml")),
+    (
+        "spaceship-titanic.toml",
+        include_str!("../../datasets/spaceship-titanic.toml"),
+    ),
+    ("thyroid.toml", include_str!("../../datasets/thyroid.toml")),
+];
+
+/// The folder of the project's shipped data files (present when run from a checkout).
+pub const SHIPPED_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets");
+
+/// The user's tabcontam folder: `$TABCONTAM_HOME`, else `$XDG_DATA_HOME/tabcontam`, else
+/// `~/.local/share/tabcontam`. `None` when no home directory is known.
+pub fn user_home() -> Option<PathBuf> {
+    let from_env = |key: &str| {
+        std::env::var_os(key)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    from_env("TABCONTAM_HOME")
+        .or_else(|| from_env("XDG_DATA_HOME").map(|d| d.join("tabcontam")))
+        .or_else(|| from_env("HOME").map(|h| h.join(".local/share/tabcontam")))
+}
+
+/// Where imported and fetched datasets live: descriptors (`*.toml`) and files side by side.
+pub fn user_datasets_dir() -> Option<PathBuf> {
+    user_home().map(|home| home.join("datasets"))
+}
+
+/// The built-in descriptors, parsed once per process. They are checked by the test suite,
+/// so a failure here is a bug in a shipped descriptor.
+pub fn builtin_descriptors() -> anyhow::Result<Vec<Descriptor>> {
+    builtins().clone().map_err(anyhow::Error::msg)
+}
+
+fn builtins() -> &'static Result<Vec<Descriptor>, String> {
+    static PARSED: OnceLock<Result<Vec<Descriptor>, String>> = OnceLock::new();
+    PARSED.get_or_init(|| {
+        BUILTIN_DESCRIPTORS
+            .iter()
+            .map(|(file, text)| Descriptor::from_toml(text, &format!("built-in datasets/{file}")))
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map_err(|err| format!("{err:#}"))
+    })
+}
+
+/// Whether `name` is the id or an alias of a built-in dataset (imports may not take it).
+pub fn is_builtin_name(name: &str) -> bool {
+    let wanted = normalize(name);
+    builtins()
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|d| normalize(&d.id) == wanted || d.aliases.iter().any(|a| normalize(a) == wanted))
+}
+
+/// How status output describes a file's checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksumStatus {
+    Ok,
+    Mismatch,
+    /// The descriptor records no checksum for this file.
+    Unknown,
+}
+
+/// blake3 of some bytes, as lowercase hex.
+pub fn blake3_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+impl ChecksumStatus {
+    pub fn of(file: &DataFile, bytes: &[u8]) -> ChecksumStatus {
+        match &file.blake3 {
+            None => ChecksumStatus::Unknown,
+            Some(expected) if expected.eq_ignore_ascii_case(&blake3_hex(bytes)) => {
+                ChecksumStatus::Ok
+            }
+            Some(_) => ChecksumStatus::Mismatch,
+        }
+    }
+}
 
 /// All known descriptors plus the directories searched for their files.
 pub struct Catalog {
@@ -13,19 +113,214 @@ pub struct Catalog {
 impl Catalog {
     /// Shipped descriptors, user descriptors, and the data directory given (flag or env).
     pub fn open(data_dir: Option<&Path>) -> anyhow::Result<Self> {
-        let _ = data_dir;
-        todo!("dataset helper")
+        let mut descriptors = builtin_descriptors()?;
+        let user_dir = user_datasets_dir();
+        if let Some(dir) = &user_dir {
+            for descriptor in read_user_descriptors(dir)? {
+                if let Some(existing) = descriptors.iter().find(|d| d.id == descriptor.id) {
+                    anyhow::bail!(
+                        "{}: id \"{}\" is already taken by the built-in dataset \"{}\"; rename the file's id",
+                        dir.join(format!("{}.toml", descriptor.id)).display(),
+                        descriptor.id,
+                        existing.name
+                    );
+                }
+                descriptors.push(descriptor);
+            }
+        }
+
+        let mut search_dirs: Vec<PathBuf> = Vec::new();
+        let candidates = data_dir
+            .map(Path::to_path_buf)
+            .into_iter()
+            .chain(user_dir)
+            .chain(std::iter::once(PathBuf::from(SHIPPED_DIR)));
+        for dir in candidates {
+            if !search_dirs.contains(&dir) {
+                search_dirs.push(dir);
+            }
+        }
+        Ok(Catalog {
+            descriptors,
+            search_dirs,
+        })
     }
 
     /// The descriptor with this id or alias; an unknown name lists the known ones.
+    /// Case, `_`, `-` and spaces do not matter (`Spaceship_Titanic` finds `spaceship-titanic`).
     pub fn find(&self, name: &str) -> anyhow::Result<&Descriptor> {
-        let _ = name;
-        todo!("dataset helper")
+        if let Some(exact) = self.descriptors.iter().find(|d| d.id == name) {
+            return Ok(exact);
+        }
+        let wanted = normalize(name);
+        let by_id = self.descriptors.iter().find(|d| normalize(&d.id) == wanted);
+        let by_other_name = || {
+            self.descriptors.iter().find(|d| {
+                normalize(&d.name) == wanted
+                    || d.aliases.iter().any(|alias| normalize(alias) == wanted)
+            })
+        };
+        by_id.or_else(by_other_name).ok_or_else(|| {
+            let known: Vec<&str> = self.descriptors.iter().map(|d| d.id.as_str()).collect();
+            let near: Vec<&str> = known.iter().copied().filter(|id| !wanted.is_empty() && id.contains(&wanted)).collect();
+            let hint = match near.as_slice() {
+                [] => String::new(),
+                near => format!("did you mean {}? ", near.join(" or ")),
+            };
+            anyhow::anyhow!(
+                "unknown dataset \"{name}\"; {hint}known datasets: {} (see `tabcontam datasets list`)",
+                known.join(", ")
+            )
+        })
+    }
+
+    /// The first variant of the descriptor whose file exists in a search directory, and
+    /// where it is.
+    pub fn locate<'d>(&self, descriptor: &'d Descriptor) -> Option<(&'d DataFile, PathBuf)> {
+        descriptor.files.iter().find_map(|file| {
+            self.search_dirs
+                .iter()
+                .map(|dir| dir.join(&file.file))
+                .find(|path| path.is_file())
+                .map(|path| (file, path))
+        })
     }
 
     /// Loads the first present file variant of a dataset.
     pub fn load(&self, name: &str) -> anyhow::Result<Dataset> {
-        let _ = name;
-        todo!("dataset helper")
+        let descriptor = self.find(name)?;
+        let (file, path) = self
+            .locate(descriptor)
+            .ok_or_else(|| self.not_found(descriptor))?;
+        descriptor.load_variant(file, &path)
+    }
+
+    /// Why a dataset has no file, and what to do about it.
+    pub fn not_found(&self, descriptor: &Descriptor) -> anyhow::Error {
+        let dirs: Vec<String> = self
+            .search_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        anyhow::anyhow!(
+            "no file for dataset \"{}\": looked for {} in {}; {}, or pass --data-dir DIR for a folder that holds it",
+            descriptor.id,
+            file_names(descriptor),
+            dirs.join(", "),
+            how_to_obtain(descriptor)
+        )
+    }
+}
+
+/// The file names a dataset may have, in order of preference (`bank.csv or bank-full.csv`).
+pub fn file_names(descriptor: &Descriptor) -> String {
+    let names: Vec<&str> = descriptor.files.iter().map(|f| f.file.as_str()).collect();
+    names.join(" or ")
+}
+
+/// How a person gets a missing file: `fetch` when a variant has a download URL, else the
+/// page to download it from by hand (Kaggle needs a login, UCI serves some sets as zips).
+pub fn how_to_obtain(descriptor: &Descriptor) -> String {
+    if descriptor.files.iter().any(|f| f.url.is_some()) {
+        return format!("run `tabcontam datasets fetch {}`", descriptor.id);
+    }
+    match descriptor.files.iter().find_map(|f| f.page.as_deref()) {
+        Some(page) => format!("download it from {page}"),
+        None => "download it from its source".to_string(),
+    }
+}
+
+/// `<dir>/*.toml`, in file-name order; a missing folder holds none.
+fn read_user_descriptors(dir: &Path) -> anyhow::Result<Vec<Descriptor>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => anyhow::bail!("{}: cannot list user datasets: {err}", dir.display()),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .collect();
+    paths.sort();
+    let mut descriptors: Vec<Descriptor> = Vec::with_capacity(paths.len());
+    for path in paths {
+        let text = std::fs::read_to_string(&path).map_err(|err| {
+            anyhow::anyhow!("{}: cannot read the descriptor: {err}", path.display())
+        })?;
+        let descriptor = Descriptor::from_toml(&text, &path.display().to_string())?;
+        if descriptors.iter().any(|d| d.id == descriptor.id) {
+            anyhow::bail!(
+                "{}: id \"{}\" is used by another user descriptor; rename one",
+                path.display(),
+                descriptor.id
+            );
+        }
+        descriptors.push(descriptor);
+    }
+    Ok(descriptors)
+}
+
+/// Lowercase with `_` and spaces read as `-`, so that the ways people write a name match.
+fn normalize(name: &str) -> String {
+    name.trim().to_lowercase().replace(['_', ' '], "-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_descriptors_parse_and_cover_the_paper() {
+        let ids: Vec<String> = builtin_descriptors()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.id)
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "adult",
+                "bank",
+                "german",
+                "housing",
+                "iris",
+                "wine",
+                "titanic",
+                "spaceship-titanic",
+                "thyroid"
+            ]
+        );
+    }
+
+    #[test]
+    fn find_accepts_ids_aliases_and_spellings() {
+        let catalog = Catalog {
+            descriptors: builtin_descriptors().unwrap(),
+            search_dirs: Vec::new(),
+        };
+        assert_eq!(
+            catalog.find("Spaceship_Titanic").unwrap().id,
+            "spaceship-titanic"
+        );
+        assert_eq!(catalog.find("census income").unwrap().id, "adult");
+        assert_eq!(catalog.find("thyroid_diff").unwrap().id, "thyroid");
+        assert_eq!(catalog.find("california housing").unwrap().id, "housing");
+        let err = catalog.find("adlt").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown dataset \"adlt\"") && err.contains("adult, bank"),
+            "{err}"
+        );
+        assert!(err.contains("tabcontam datasets list"), "{err}");
+    }
+
+    #[test]
+    fn descriptor_errors_name_the_file_line_and_key() {
+        let text = include_str!("../../datasets/iris.toml")
+            .replace("target = \"target\"", "tagret = \"target\"");
+        let err = Descriptor::from_toml(&text, "my.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("my.toml: line "), "{err}");
+        assert!(err.contains("tagret"), "{err}");
     }
 }

@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::csv::CsvOptions;
+use super::table::{ColumnKind, Table};
+
 /// One dataset as described by `datasets/<id>.toml` (or a user's generated descriptor).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -85,12 +88,21 @@ pub struct DataFile {
     /// Columns to drop after loading (row indices such as `orig_index` or an unnamed first column).
     #[serde(default)]
     pub drop: Vec<String>,
-    /// Extra tokens that mean "missing" in this file (besides the empty string and `NA`).
+    /// Extra tokens that mean "missing" in this file, besides the empty cell and
+    /// [`crate::dataset::csv::DEFAULT_MISSING`] (`NA`, `NaN`, `null`, …). `?` is not a default.
     #[serde(default)]
     pub missing: Vec<String>,
     /// Trim spaces around every unquoted cell (the UCI adult files put one after each comma).
     #[serde(default)]
     pub trim: bool,
+    /// Field delimiter (`,` `;` `|`, a tab, or `whitespace` for blank-separated UCI `.data`
+    /// files); sniffed from the first lines when absent.
+    #[serde(default)]
+    pub delimiter: Option<String>,
+    /// Web page where a person can download the file by hand (Kaggle sets have no direct
+    /// download URL); `datasets fetch` points there when `url` is absent.
+    #[serde(default)]
+    pub page: Option<String>,
     /// Per-variant overrides where column names differ from the paper's file.
     #[serde(default)]
     pub target: Option<String>,
@@ -122,5 +134,196 @@ pub struct Dataset {
     pub classification: Classification,
     /// The variant that was loaded (`paper`, `uci`, …).
     pub variant: String,
-    pub table: crate::dataset::table::Table,
+    pub table: Table,
+}
+
+impl Descriptor {
+    /// Parses and checks one descriptor; `origin` (a file name) prefixes every error, which
+    /// names the line and key at fault.
+    pub fn from_toml(text: &str, origin: &str) -> anyhow::Result<Descriptor> {
+        let descriptor: Descriptor = toml::from_str(text).map_err(|err| {
+            let message = err.message().trim_end().replace('\n', " ");
+            match err.span() {
+                Some(span) => {
+                    let line = 1 + text[..span.start.min(text.len())].matches('\n').count();
+                    let line_text = text.lines().nth(line - 1).unwrap_or("").trim();
+                    anyhow::anyhow!(
+                        "{origin}: line {line} (`{line_text}`): {message}; fix the descriptor"
+                    )
+                }
+                None => anyhow::anyhow!("{origin}: {message}; fix the descriptor"),
+            }
+        })?;
+        descriptor.check(origin)?;
+        Ok(descriptor)
+    }
+
+    /// Checks what TOML types cannot: a usable id, at least one file, a sound class question.
+    pub fn check(&self, origin: &str) -> anyhow::Result<()> {
+        if !is_valid_id(&self.id) {
+            anyhow::bail!(
+                "{origin}: id \"{}\" must be lowercase letters, digits, `-` or `_` (at most 64, starting with a letter or digit)",
+                self.id
+            );
+        }
+        if self.files.is_empty() {
+            anyhow::bail!(
+                "{origin}: `files` is empty; list at least one [[files]] entry with its `file` name"
+            );
+        }
+        let classifications = std::iter::once(&self.classification)
+            .chain(self.files.iter().filter_map(|f| f.classification.as_ref()));
+        for classification in classifications {
+            if classification.answers.is_empty() {
+                anyhow::bail!(
+                    "{origin}: `classification.answers` is empty; give one entry per answer"
+                );
+            }
+            if classification.threshold.is_some() && classification.answers.len() != 2 {
+                anyhow::bail!(
+                    "{origin}: `classification.threshold` needs exactly two answers (above, then not above); found {}",
+                    classification.answers.len()
+                );
+            }
+        }
+        for file in &self.files {
+            if let Some(digest) = &file.blake3
+                && (digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                anyhow::bail!(
+                    "{origin}: files.blake3 of {} is not 64 hex digits",
+                    file.file
+                );
+            }
+            if let Some(delimiter) = &file.delimiter
+                && crate::dataset::csv::parse_delimiter(delimiter).is_none()
+            {
+                anyhow::bail!(
+                    "{origin}: files.delimiter \"{}\" of {} is not one of \",\" \";\" \"|\" \"\\t\" \"whitespace\"",
+                    delimiter.escape_default(),
+                    file.file
+                );
+            }
+            if file.file.contains(['/', '\\']) || file.file.starts_with('.') {
+                anyhow::bail!(
+                    "{origin}: files.file \"{}\" must be a plain file name (no folders)",
+                    file.file
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one file variant of this dataset and resolves it into a [`Dataset`].
+    pub fn load_variant(&self, file: &DataFile, path: &std::path::Path) -> anyhow::Result<Dataset> {
+        let table = crate::dataset::csv::read_table(path, &file.csv_options())?;
+        self.resolve(file, table)
+    }
+
+    /// Applies a variant's overrides and dropped columns to a loaded table, and checks that
+    /// every column the tests rely on exists and that every target value has an answer.
+    pub fn resolve(&self, file: &DataFile, mut table: Table) -> anyhow::Result<Dataset> {
+        table.drop_columns(&file.drop)?;
+        let target = file.target.clone().unwrap_or_else(|| self.target.clone());
+        let id_column = file.id_column.clone().or_else(|| self.id_column.clone());
+        let categorical = file
+            .categorical
+            .clone()
+            .unwrap_or_else(|| self.categorical.clone());
+        let completion_feature = file
+            .completion_feature
+            .clone()
+            .or_else(|| self.completion_feature.clone());
+        let classification = file
+            .classification
+            .clone()
+            .unwrap_or_else(|| self.classification.clone());
+
+        let target_index = table.require_column(&target, "target")?;
+        if let Some(column) = &id_column {
+            table.require_column(column, "identifier")?;
+        }
+        for column in &categorical {
+            table.require_column(column, "categorical")?;
+        }
+        if let Some(column) = &completion_feature {
+            table.require_column(column, "completion")?;
+        }
+        check_answers(&table, target_index, &classification)?;
+
+        Ok(Dataset {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            aliases: self.aliases.clone(),
+            target,
+            id_column,
+            categorical,
+            completion_feature,
+            released: self.released.clone(),
+            classification,
+            variant: file.variant.clone(),
+            table,
+        })
+    }
+}
+
+/// Every target value must map to an answer (or, with a threshold, be a number), or tests
+/// 11–12 would have no expected answer for some rows.
+fn check_answers(
+    table: &Table,
+    target: usize,
+    classification: &Classification,
+) -> anyhow::Result<()> {
+    let column = &table.columns[target];
+    if classification.threshold.is_some() {
+        if !matches!(column.kind, ColumnKind::Integer | ColumnKind::Float) {
+            anyhow::bail!(
+                "{}: target column \"{}\" holds {:?} values, but the class question uses a numeric threshold",
+                table.source.display(),
+                column.name,
+                column.kind
+            );
+        }
+        return Ok(());
+    }
+    for value in table.distinct(target) {
+        if !classification
+            .answers
+            .iter()
+            .any(|a| a.values.iter().any(|v| v == value))
+        {
+            anyhow::bail!(
+                "{}: target value \"{value}\" of column \"{}\" has no answer in the descriptor's classification; add it to the `values` of one answer",
+                table.source.display(),
+                column.name
+            );
+        }
+    }
+    Ok(())
+}
+
+impl DataFile {
+    /// How the CSV loader must read this file.
+    pub fn csv_options(&self) -> CsvOptions {
+        CsvOptions {
+            delimiter: self
+                .delimiter
+                .as_deref()
+                .and_then(crate::dataset::csv::parse_delimiter),
+            header: self.header.clone(),
+            trim: self.trim,
+            missing: self.missing.clone(),
+        }
+    }
+}
+
+/// Dataset ids are used as file names and on the command line.
+pub fn is_valid_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 64
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }

@@ -86,6 +86,53 @@ impl Table {
         }
     }
 
+    /// The column names as `a, b, c`, for messages that list what exists.
+    pub fn column_list(&self) -> String {
+        self.column_names().collect::<Vec<_>>().join(", ")
+    }
+
+    /// The index of a column the caller relies on (`role`: "target", "categorical", …); the
+    /// error names the role, the column and the file, and lists the columns that exist.
+    pub fn require_column(&self, name: &str, role: &str) -> anyhow::Result<usize> {
+        self.column_index(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: {role} column \"{name}\" does not exist; available columns: {}",
+                self.source.display(),
+                self.column_list()
+            )
+        })
+    }
+
+    /// Removes the named columns (row indices such as `orig_index`); each must exist.
+    pub fn drop_columns(&mut self, names: &[String]) -> anyhow::Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut keep = vec![true; self.n_cols()];
+        for name in names {
+            keep[self.require_column(name, "dropped")?] = false;
+        }
+        let mut flags = keep.iter();
+        self.columns.retain(|_| *flags.next().unwrap_or(&true));
+        for row in &mut self.rows {
+            let mut flags = keep.iter();
+            row.retain(|_| *flags.next().unwrap_or(&true));
+        }
+        Ok(())
+    }
+
+    /// Number of distinct non-missing raw values of a column.
+    pub fn distinct_count(&self, col: usize) -> usize {
+        let mut seen = std::collections::HashSet::new();
+        for row in &self.rows {
+            let v = row[col].as_str();
+            if !self.is_missing(v) {
+                seen.insert(v);
+            }
+        }
+        seen.len()
+    }
+
     /// Distinct non-missing raw values of a column, in order of first appearance.
     pub fn distinct(&self, col: usize) -> Vec<&str> {
         let mut seen = std::collections::HashSet::new();

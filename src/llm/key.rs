@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use super::{ApiMode, Request};
+use super::{ApiMode, GenerationParams, ModelIdentity, Request};
 
 const DOMAIN: &str = "tabcontam request key v1";
 
@@ -17,21 +17,33 @@ pub struct RequestKey(pub [u8; 32]);
 
 impl RequestKey {
     pub fn of(request: &Request) -> Self {
+        Self::compute(&request.model, request.api, &request.prompt, &request.params, request.sample)
+    }
+
+    /// The key of a request given by its parts (the planner keys prompts without copying
+    /// their text into a `Request` per model).
+    pub fn compute(
+        model: &ModelIdentity,
+        api: ApiMode,
+        prompt: &str,
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Self {
         let mut h = blake3::Hasher::new_derive_key(DOMAIN);
         // Length-prefixed fields: no two different requests encode to the same bytes.
         let mut field = |bytes: &[u8]| {
             h.update(&(bytes.len() as u64).to_le_bytes());
             h.update(bytes);
         };
-        field(request.model.backend.id().as_bytes());
-        field(request.model.model.as_bytes());
-        field(request.model.revision.as_bytes());
-        field(match request.api {
+        field(model.backend.id().as_bytes());
+        field(model.model.as_bytes());
+        field(model.revision.as_bytes());
+        field(match api {
             ApiMode::Completions => b"completions",
             ApiMode::Chat => b"chat",
         });
-        field(request.prompt.as_bytes());
-        let p = &request.params;
+        field(prompt.as_bytes());
+        let p = params;
         field(&p.max_tokens.to_le_bytes());
         field(&p.temperature.to_bits().to_le_bytes());
         match p.top_p {
@@ -46,7 +58,7 @@ impl RequestKey {
         for stop in &p.stop {
             field(stop.as_bytes());
         }
-        field(&request.sample.to_le_bytes());
+        field(&sample.to_le_bytes());
         Self(*h.finalize().as_bytes())
     }
 

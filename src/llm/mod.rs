@@ -5,7 +5,15 @@
 //! are read from the environment at client construction and live only inside the client;
 //! they are not part of any request, key, response, log line or error message.
 
+pub mod anthropic;
+pub mod client;
+pub mod error;
+pub mod gemini;
 pub mod key;
+pub mod local;
+pub mod limits;
+pub mod openai;
+pub mod retry;
 
 use serde::{Deserialize, Serialize};
 

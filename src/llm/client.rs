@@ -1,0 +1,765 @@
+//! The HTTP client of one model: configuration, API key, connection pool, endpoint
+//! balancing, limits and retries, dispatching to the backend's wire format.
+//!
+//! Architecture Invariant: the API key is read from the environment here, once, and lives
+//! only in `Client` as a header marked sensitive; `Debug` redacts it, errors scrub it, and
+//! it never goes into a URL.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use super::error::{self, BodyError, LlmError};
+use super::limits::Limits;
+use super::retry::{self, RetryPolicy};
+use super::{ApiMode, BackendKind, Request, Response, anthropic, gemini, openai};
+
+/// How requests are spread over several `base_url`s serving the same model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balance {
+    /// The endpoint with the fewest requests in flight (ties rotate): a slow replica gets less.
+    #[default]
+    LeastInFlight,
+    RoundRobin,
+}
+
+/// One `[[models]]` entry of an experiment spec, as far as talking to the model goes.
+/// Unknown keys are ignored so that the spec can carry more (revision, labels…) in the
+/// same table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ClientConfig {
+    /// The experiment's name for the model, used in messages (defaults to `model`).
+    #[serde(default)]
+    pub id: Option<String>,
+    pub backend: BackendKind,
+    #[serde(default)]
+    pub api: ApiMode,
+    /// The model name the API expects.
+    pub model: String,
+    /// One URL or a list of replicas (default: the provider's public endpoint). For
+    /// OpenAI-compatible servers it includes the version: `http://localhost:8000/v1`.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub base_url: Vec<String>,
+    #[serde(default)]
+    pub balance: Balance,
+    /// Name of the environment variable holding the key (never the key itself). Leave it
+    /// out for local servers without keys.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Requests in flight at once, over all endpoints.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u32>,
+    /// Whole-request deadline (connect, send, wait, read body).
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: f64,
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// Backoff base and ceiling (full jitter): 500 ms and 30 s unless set.
+    #[serde(default = "default_backoff_base_ms")]
+    pub backoff_base_ms: u64,
+    #[serde(default = "default_backoff_max_ms")]
+    pub backoff_max_ms: u64,
+    /// The longest `Retry-After` obeyed.
+    #[serde(default = "default_retry_after_max_s")]
+    pub retry_after_max_s: f64,
+    /// Extra, non-secret headers (e.g. an organisation or routing header). Credentials
+    /// belong in the environment variable named by `api_key_env`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// `anthropic-version` header (Anthropic only).
+    #[serde(default)]
+    pub anthropic_version: Option<String>,
+}
+
+fn default_concurrency() -> usize {
+    16
+}
+fn default_timeout_s() -> f64 {
+    120.0
+}
+fn default_max_retries() -> u32 {
+    6
+}
+fn default_backoff_base_ms() -> u64 {
+    500
+}
+fn default_backoff_max_ms() -> u64 {
+    30_000
+}
+fn default_retry_after_max_s() -> f64 {
+    120.0
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(url) => vec![url],
+        OneOrMany::Many(urls) => urls,
+    })
+}
+
+impl ClientConfig {
+    /// A configuration with every default, for code and tests that build clients directly.
+    pub fn new(backend: BackendKind, model: impl Into<String>) -> Self {
+        Self {
+            id: None,
+            backend,
+            api: ApiMode::default(),
+            model: model.into(),
+            base_url: Vec::new(),
+            balance: Balance::default(),
+            api_key_env: None,
+            concurrency: default_concurrency(),
+            requests_per_minute: None,
+            tokens_per_minute: None,
+            timeout_s: default_timeout_s(),
+            max_retries: default_max_retries(),
+            backoff_base_ms: default_backoff_base_ms(),
+            backoff_max_ms: default_backoff_max_ms(),
+            retry_after_max_s: default_retry_after_max_s(),
+            headers: BTreeMap::new(),
+            anthropic_version: None,
+        }
+    }
+
+    /// The name used in messages: `id` when the spec gives one, else the API model name.
+    pub fn display_id(&self) -> &str {
+        self.id.as_deref().unwrap_or(&self.model)
+    }
+
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            base_delay: Duration::from_millis(self.backoff_base_ms),
+            max_delay: Duration::from_millis(self.backoff_max_ms),
+            max_retry_after: Duration::try_from_secs_f64(self.retry_after_max_s)
+                .unwrap_or(Duration::from_secs(120)),
+        }
+    }
+
+    /// The configured URLs without trailing slashes, or the provider's default.
+    pub fn endpoints(&self) -> Vec<String> {
+        let urls: Vec<String> = if self.base_url.is_empty() {
+            match self.backend {
+                BackendKind::OpenaiCompatible => vec!["https://api.openai.com/v1".into()],
+                BackendKind::Anthropic => vec![anthropic::DEFAULT_BASE_URL.into()],
+                BackendKind::Gemini => vec![gemini::DEFAULT_BASE_URL.into()],
+                BackendKind::Local => Vec::new(),
+            }
+        } else {
+            self.base_url.clone()
+        };
+        urls.into_iter()
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .collect()
+    }
+}
+
+/// Which wire format a client speaks (enum dispatch: no trait objects, no boxed futures).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Backend {
+    OpenAi,
+    Anthropic,
+    Gemini,
+}
+
+/// A model's API key. `Debug` never shows it.
+#[derive(Clone)]
+struct ApiKey(String);
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+struct Endpoint {
+    base: String,
+    in_flight: AtomicUsize,
+}
+
+/// Counts a request against its endpoint while it is in flight (also when its future is dropped).
+struct InFlight<'a>(&'a Endpoint);
+
+impl<'a> InFlight<'a> {
+    fn enter(endpoint: &'a Endpoint) -> Self {
+        endpoint.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(endpoint)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A client for one model: cheap to clone (shared state behind an `Arc`), shared by every
+/// task that sends to that model, so that the limits and the connection pool are the model's.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: String,
+    config: ClientConfig,
+    backend: Backend,
+    http: reqwest::Client,
+    endpoints: Vec<Endpoint>,
+    rotation: AtomicUsize,
+    /// Authentication headers, values marked sensitive.
+    auth: HeaderMap,
+    api_key: Option<ApiKey>,
+    timeout: Duration,
+    limits: Limits,
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.inner;
+        f.debug_struct("Client")
+            .field("id", &inner.id)
+            .field("backend", &inner.config.backend)
+            .field("api", &inner.config.api)
+            .field("model", &inner.config.model)
+            .field(
+                "endpoints",
+                &inner
+                    .endpoints
+                    .iter()
+                    .map(|e| e.base.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("api_key_env", &inner.config.api_key_env)
+            .field("api_key", &inner.api_key)
+            .field("limits", &inner.limits)
+            .field("retry", &inner.retry)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Builds the client, reading the key from the variable named by `api_key_env`.
+    pub fn new(config: ClientConfig) -> Result<Self, LlmError> {
+        Self::with_env(config, |name| std::env::var(name).ok())
+    }
+
+    /// As `new`, with the environment looked up through `env` (tests, embedding).
+    pub fn with_env(
+        config: ClientConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, LlmError> {
+        let id = config.display_id().to_owned();
+        let invalid = |message: String| LlmError::Config {
+            model: id.clone(),
+            message,
+        };
+        let backend = match config.backend {
+            BackendKind::OpenaiCompatible => Backend::OpenAi,
+            BackendKind::Anthropic => Backend::Anthropic,
+            BackendKind::Gemini => Backend::Gemini,
+            BackendKind::Local => {
+                return Err(invalid(
+                    "backend `local` runs in-process and has no HTTP client".into(),
+                ));
+            }
+        };
+        let api_key = match &config.api_key_env {
+            None => None,
+            Some(var) => match env(var).filter(|v| !v.trim().is_empty()) {
+                Some(key) => Some(ApiKey(key.trim().to_owned())),
+                None => {
+                    return Err(LlmError::MissingApiKey {
+                        model: id,
+                        var: var.clone(),
+                    });
+                }
+            },
+        };
+        let timeout = Duration::try_from_secs_f64(config.timeout_s)
+            .ok()
+            .filter(|t| !t.is_zero())
+            .ok_or_else(|| {
+                invalid(format!(
+                    "timeout_s must be a positive number of seconds, not {}",
+                    config.timeout_s
+                ))
+            })?;
+        let endpoints = config.endpoints();
+        if endpoints.is_empty() {
+            return Err(invalid("base_url is an empty list".into()));
+        }
+        for url in &endpoints {
+            if reqwest::Url::parse(url).is_err()
+                || !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                return Err(invalid(format!(
+                    "base_url {url:?} is not an http:// or https:// URL"
+                )));
+            }
+        }
+        let auth = auth_headers(&backend, &config, api_key.as_ref()).map_err(invalid)?;
+        let extra_headers = extra_headers(&config.headers).map_err(invalid)?;
+
+        let mut builder = reqwest::Client::builder()
+            .user_agent(concat!("tabcontam/", env!("CARGO_PKG_VERSION")))
+            .default_headers(extra_headers)
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            // Every slot keeps its connection between requests: no reconnect per request.
+            .pool_max_idle_per_host(config.concurrency.max(1))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .tcp_keepalive(Duration::from_secs(30))
+            .http1_only();
+        if endpoints.iter().all(|u| is_loopback(u)) {
+            // A server on this machine is never reached through a proxy from the environment.
+            builder = builder.no_proxy();
+        }
+        let http = builder
+            .build()
+            .map_err(|e| invalid(format!("cannot build the HTTP client: {e}")))?;
+
+        Ok(Self {
+            inner: Arc::new(Inner {
+                id,
+                backend,
+                http,
+                endpoints: endpoints
+                    .into_iter()
+                    .map(|base| Endpoint {
+                        base,
+                        in_flight: AtomicUsize::new(0),
+                    })
+                    .collect(),
+                rotation: AtomicUsize::new(0),
+                auth,
+                api_key,
+                timeout,
+                limits: Limits::new(
+                    config.concurrency,
+                    config.requests_per_minute,
+                    config.tokens_per_minute,
+                ),
+                retry: config.retry_policy(),
+                config,
+            }),
+        })
+    }
+
+    /// One request, within the model's limits, retried per the policy: what a run calls.
+    pub async fn complete(&self, request: &Request) -> Result<Response, LlmError> {
+        retry::complete_with_retry(self, request).await
+    }
+
+    /// Exactly one HTTP attempt, ignoring limits and retries.
+    pub async fn complete_once(&self, request: &Request) -> Result<Response, LlmError> {
+        let inner = &*self.inner;
+        self.check_model(request)?;
+        let model = inner.config.model.as_str();
+        let (path, body) = match inner.backend {
+            Backend::OpenAi => (
+                openai::path(request.api).to_owned(),
+                openai::request_body(model, request),
+            ),
+            Backend::Anthropic => (
+                anthropic::PATH.to_owned(),
+                anthropic::request_body(model, request),
+            ),
+            Backend::Gemini => (gemini::path(model), gemini::request_body(request)),
+        };
+        let endpoint = self.pick_endpoint();
+        let _in_flight = InFlight::enter(endpoint);
+        let url = format!("{}{path}", endpoint.base);
+
+        let started = Instant::now();
+        let sent = inner
+            .http
+            .post(&url)
+            .headers(inner.auth.clone())
+            .json(&body)
+            .send()
+            .await;
+        let response = sent.map_err(|e| self.transport_error(&url, &e))?;
+        let status = response.status();
+        let retry_after = retry_after(status, response.headers());
+        let bytes = response.bytes().await;
+        if !status.is_success() {
+            let message = match &bytes {
+                Ok(bytes) => error::server_message(bytes, self.secret()),
+                Err(e) => format!("(body unreadable: {})", error_chain(e)),
+            };
+            return Err(LlmError::Http {
+                model: inner.id.clone(),
+                status: status.as_u16(),
+                url,
+                message,
+                hint: error::status_hint(status.as_u16(), inner.config.api_key_env.as_deref()),
+                retry_after,
+            });
+        }
+        let bytes = bytes.map_err(|e| match e.is_timeout() {
+            true => LlmError::Timeout {
+                model: inner.id.clone(),
+                url: url.clone(),
+                timeout: inner.timeout,
+            },
+            false => LlmError::InvalidBody {
+                model: inner.id.clone(),
+                url: url.clone(),
+                message: format!("body ended early: {}", self.scrub(&error_chain(&e))),
+            },
+        })?;
+        let latency = started.elapsed();
+        let parsed = match inner.backend {
+            Backend::OpenAi => openai::parse_response(request.api, &bytes),
+            Backend::Anthropic => anthropic::parse_response(&bytes),
+            Backend::Gemini => gemini::parse_response(&bytes),
+        };
+        let mut parsed = parsed.map_err(|e| match e {
+            BodyError::Unreadable(message) => LlmError::InvalidBody {
+                model: inner.id.clone(),
+                url: url.clone(),
+                message: self.scrub(&message),
+            },
+            BodyError::Format(message) => LlmError::ResponseFormat {
+                model: inner.id.clone(),
+                url: url.clone(),
+                message: self.scrub(&message),
+            },
+        })?;
+        parsed.latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+        Ok(parsed)
+    }
+
+    /// The experiment's name for this model.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Checks that every endpoint accepts TCP connections, so an unreachable server fails
+    /// the run at once with one clear line instead of thousands of retried requests.
+    pub async fn preflight(&self, timeout: Duration) -> Result<(), LlmError> {
+        for endpoint in &self.inner.endpoints {
+            let url = reqwest::Url::parse(&endpoint.base).map_err(|e| LlmError::Config {
+                model: self.inner.id.clone(),
+                message: format!("base_url `{}` is not a URL: {e}", endpoint.base),
+            })?;
+            let host = url.host_str().unwrap_or_default().to_string();
+            let port = url.port_or_known_default().unwrap_or(443);
+            let connect = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port));
+            let outcome = tokio::time::timeout(timeout, connect).await;
+            let problem = match outcome {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {:.0} s", timeout.as_secs_f64()),
+            };
+            return Err(LlmError::Config {
+                model: self.inner.id.clone(),
+                message: format!(
+                    "cannot reach {} ({problem}); start the server or fix base_url in the spec",
+                    endpoint.base
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.inner.retry
+    }
+
+    /// Base URLs in use and the requests now in flight to each.
+    pub fn endpoint_load(&self) -> Vec<(String, usize)> {
+        self.inner
+            .endpoints
+            .iter()
+            .map(|e| (e.base.clone(), e.in_flight.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// A request built for another model would be answered by this one and cached under
+    /// the other's key: refuse it.
+    fn check_model(&self, request: &Request) -> Result<(), LlmError> {
+        let config = &self.inner.config;
+        if request.model.backend != config.backend || request.model.model != config.model {
+            return Err(LlmError::Config {
+                model: self.inner.id.clone(),
+                message: format!(
+                    "request for {} model {:?} sent to the client of {} model {:?}",
+                    request.model.backend.id(),
+                    request.model.model,
+                    config.backend.id(),
+                    config.model
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn pick_endpoint(&self) -> &Endpoint {
+        let endpoints = &self.inner.endpoints;
+        let n = endpoints.len();
+        let start = self.inner.rotation.fetch_add(1, Ordering::Relaxed) % n;
+        match self.inner.config.balance {
+            Balance::RoundRobin => &endpoints[start],
+            Balance::LeastInFlight => (0..n)
+                .map(|i| &endpoints[(start + i) % n])
+                .min_by_key(|e| e.in_flight.load(Ordering::Relaxed))
+                .unwrap_or(&endpoints[start]),
+        }
+    }
+
+    fn secret(&self) -> Option<&str> {
+        self.inner.api_key.as_ref().map(|k| k.0.as_str())
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        error::redact(text, self.secret())
+    }
+
+    fn transport_error(&self, url: &str, e: &reqwest::Error) -> LlmError {
+        let model = self.inner.id.clone();
+        let url = url.to_owned();
+        if e.is_timeout() {
+            return LlmError::Timeout {
+                model,
+                url,
+                timeout: self.inner.timeout,
+            };
+        }
+        let message = self.scrub(&error_chain(e));
+        LlmError::Connection {
+            model,
+            url,
+            message,
+        }
+    }
+}
+
+/// The causes under a reqwest error ("connection refused", "connection closed before
+/// message completed"), which its own message hides.
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut parts = Vec::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !parts.contains(&text) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    if parts.is_empty() {
+        e.to_string()
+    } else {
+        parts.join(": ")
+    }
+}
+
+fn auth_headers(
+    backend: &Backend,
+    config: &ClientConfig,
+    key: Option<&ApiKey>,
+) -> Result<HeaderMap, String> {
+    let mut headers = HeaderMap::new();
+    let secret = |value: String| {
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            "the API key contains characters not allowed in an HTTP header".to_owned()
+        })?;
+        value.set_sensitive(true);
+        Ok::<_, String>(value)
+    };
+    match backend {
+        Backend::OpenAi => {
+            if let Some(key) = key {
+                headers.insert(
+                    reqwest::header::AUTHORIZATION,
+                    secret(format!("Bearer {}", key.0))?,
+                );
+            }
+        }
+        Backend::Anthropic => {
+            if let Some(key) = key {
+                headers.insert("x-api-key", secret(key.0.clone())?);
+            }
+            let version = config
+                .anthropic_version
+                .as_deref()
+                .unwrap_or(anthropic::DEFAULT_VERSION);
+            let version = HeaderValue::from_str(version)
+                .map_err(|_| format!("anthropic_version {version:?} is not a header value"))?;
+            headers.insert("anthropic-version", version);
+        }
+        Backend::Gemini => {
+            if let Some(key) = key {
+                headers.insert("x-goog-api-key", secret(key.0.clone())?);
+            }
+        }
+    }
+    Ok(headers)
+}
+
+/// Headers that carry credentials: refused in `headers`, which is written in the spec.
+const CREDENTIAL_HEADERS: [&str; 6] = [
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "cookie",
+];
+
+fn extra_headers(headers: &BTreeMap<String, String>) -> Result<HeaderMap, String> {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("header name {name:?} is not valid"))?;
+        if CREDENTIAL_HEADERS.contains(&header.as_str()) {
+            return Err(format!(
+                "header {name:?} carries credentials and would be written in the spec: \
+                 put the key in an environment variable and name it in api_key_env"
+            ));
+        }
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| format!("header {name:?} has an invalid value"))?;
+        map.insert(header, value);
+    }
+    Ok(map)
+}
+
+/// `Retry-After` on any status; OpenAI's `x-ratelimit-reset-requests`/`-tokens` on 429
+/// (the longer of the two: both limits must have reset).
+fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(value) = header("retry-after")
+        && let Some(wait) = error::parse_retry_after(value, SystemTime::now())
+    {
+        return Some(wait);
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        return ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+            .into_iter()
+            .filter_map(|name| header(name).and_then(error::parse_go_duration))
+            .max();
+    }
+    None
+}
+
+fn is_loopback(url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_deserializes_with_defaults_and_url_lists() {
+        let one: ClientConfig = toml::from_str(
+            r#"backend = "openai-compatible"
+               model = "gpt-4o-2024-08-06"
+               base_url = "https://api.openai.com/v1/"
+               api_key_env = "OPENAI_API_KEY"
+               revision = "ignored here""#,
+        )
+        .unwrap();
+        assert_eq!(one.api, ApiMode::Completions);
+        assert_eq!(one.endpoints(), ["https://api.openai.com/v1"]);
+        assert_eq!(
+            (one.concurrency, one.timeout_s, one.max_retries),
+            (16, 120.0, 6)
+        );
+        let many: ClientConfig = toml::from_str(
+            r#"backend = "openai-compatible"
+               api = "chat"
+               model = "m"
+               base_url = ["http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"]
+               balance = "round-robin"
+               concurrency = 64
+               requests_per_minute = 600"#,
+        )
+        .unwrap();
+        assert_eq!(many.base_url.len(), 2);
+        assert_eq!(
+            (many.api, many.balance, many.requests_per_minute),
+            (ApiMode::Chat, Balance::RoundRobin, Some(600))
+        );
+    }
+
+    #[test]
+    fn missing_key_names_the_variable() {
+        let mut config = ClientConfig::new(BackendKind::OpenaiCompatible, "gpt");
+        config.id = Some("gpt4o".into());
+        config.api_key_env = Some("OPENAI_API_KEY".into());
+        let error = Client::with_env(config, |_| None).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "model gpt4o: environment variable OPENAI_API_KEY is not set (api_key_env in the spec); \
+             export it or remove api_key_env for a server without keys"
+        );
+    }
+
+    #[test]
+    fn debug_redacts_the_key_and_credential_headers_are_refused() {
+        let key = "sk-very-secret-value-1234567890";
+        let mut config = ClientConfig::new(BackendKind::Anthropic, "claude");
+        config.api_key_env = Some("ANTHROPIC_API_KEY".into());
+        let client = Client::with_env(config.clone(), |_| Some(key.into())).unwrap();
+        let debug = format!("{client:?}");
+        assert!(
+            !debug.contains(key) && !debug.contains("1234567890"),
+            "{debug}"
+        );
+        assert!(debug.contains("[redacted]"));
+        config
+            .headers
+            .insert("Authorization".into(), "Bearer x".into());
+        let error = Client::with_env(config, |_| Some(key.into())).unwrap_err();
+        assert!(error.to_string().contains("api_key_env"), "{error}");
+    }
+
+    #[test]
+    fn loopback_urls_are_recognised() {
+        assert!(is_loopback("http://127.0.0.1:8080/v1"));
+        assert!(is_loopback("http://localhost:8080"));
+        assert!(is_loopback("http://[::1]:80"));
+        assert!(!is_loopback("https://api.openai.com/v1"));
+    }
+}

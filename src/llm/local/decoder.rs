@@ -1,0 +1,430 @@
+//! The decoder-only transformer shared by the llama, mistral, gemma, gemma2, phi and phi3
+//! files: each architecture file turns its `config.json` (or GGUF metadata) into a
+//! [`DecoderSpec`] and names its tensors; this file runs them over a batch with a KV cache.
+
+use candle_core::{D, DType, Device, Tensor};
+
+use super::error::{CandleContext, LocalError};
+use super::layers::{Activation, CResult, LayerCache, Linear, Norm, Rope, attention};
+use super::weights::Weights;
+
+/// Everything that distinguishes one decoder architecture from another.
+#[derive(Debug, Clone)]
+pub struct DecoderSpec {
+    /// `model_type` / `general.architecture`, for messages.
+    pub arch: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub norm: NormKind,
+    /// Gemma stores `w` for a norm computing `x * (1 + w)`; GGUF files already hold `1 + w`.
+    pub norm_unit_offset: bool,
+    pub rope: Rope,
+    pub activation: Activation,
+    /// `down(act(gate(x)) * up(x))` (llama…) or `down(act(up(x)))` (phi).
+    pub gated_mlp: bool,
+    /// Attention and MLP read the same normed input and are added together (phi).
+    pub parallel_block: bool,
+    /// Gemma2's extra norms after attention and around the MLP.
+    pub sandwich_norms: bool,
+    /// Multiply embeddings by `sqrt(hidden)` (gemma).
+    pub scale_embeddings: bool,
+    pub attn_scale: f64,
+    pub attn_softcap: Option<f64>,
+    pub final_softcap: Option<f64>,
+    /// Sliding-window size per layer (mistral: all layers, gemma2: every other layer).
+    pub sliding_window: Vec<Option<usize>>,
+    pub names: TensorNames,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NormKind {
+    Rms { eps: f32 },
+    Layer { eps: f32 },
+}
+
+/// Tensor name prefixes (without `.weight`/`.bias`); `{i}` stands for the layer index.
+#[derive(Debug, Clone)]
+pub struct TensorNames {
+    pub embed: &'static str,
+    pub final_norm: &'static str,
+    pub lm_head: &'static str,
+    pub attn_norm: &'static str,
+    /// Fused `[q; k; v]` projection, tried before the separate ones.
+    pub qkv: Option<&'static str>,
+    pub q: &'static str,
+    pub k: &'static str,
+    pub v: &'static str,
+    pub o: &'static str,
+    pub post_attn_norm: Option<&'static str>,
+    pub ffn_norm: Option<&'static str>,
+    pub post_ffn_norm: Option<&'static str>,
+    /// Fused `[gate; up]` projection (phi3), tried before the separate ones.
+    pub gate_up: Option<&'static str>,
+    pub gate: &'static str,
+    pub up: &'static str,
+    pub down: &'static str,
+}
+
+impl TensorNames {
+    /// Hugging Face names of the llama family (llama, mistral, gemma, gemma2, phi3).
+    pub const HF_LLAMA: TensorNames = TensorNames {
+        embed: "model.embed_tokens",
+        final_norm: "model.norm",
+        lm_head: "lm_head",
+        attn_norm: "model.layers.{i}.input_layernorm",
+        qkv: None,
+        q: "model.layers.{i}.self_attn.q_proj",
+        k: "model.layers.{i}.self_attn.k_proj",
+        v: "model.layers.{i}.self_attn.v_proj",
+        o: "model.layers.{i}.self_attn.o_proj",
+        post_attn_norm: None,
+        ffn_norm: Some("model.layers.{i}.post_attention_layernorm"),
+        post_ffn_norm: None,
+        gate_up: None,
+        gate: "model.layers.{i}.mlp.gate_proj",
+        up: "model.layers.{i}.mlp.up_proj",
+        down: "model.layers.{i}.mlp.down_proj",
+    };
+
+    /// llama.cpp names, shared by every GGUF architecture.
+    pub const GGUF: TensorNames = TensorNames {
+        embed: "token_embd",
+        final_norm: "output_norm",
+        lm_head: "output",
+        attn_norm: "blk.{i}.attn_norm",
+        qkv: Some("blk.{i}.attn_qkv"),
+        q: "blk.{i}.attn_q",
+        k: "blk.{i}.attn_k",
+        v: "blk.{i}.attn_v",
+        o: "blk.{i}.attn_output",
+        post_attn_norm: None,
+        ffn_norm: Some("blk.{i}.ffn_norm"),
+        post_ffn_norm: None,
+        gate_up: None,
+        gate: "blk.{i}.ffn_gate",
+        up: "blk.{i}.ffn_up",
+        down: "blk.{i}.ffn_down",
+    };
+}
+
+fn layer_name(template: &str, layer: usize) -> String {
+    template.replace("{i}", &layer.to_string())
+}
+
+/// Projections whose outputs are split: fused in the checkpoint, or separate.
+#[derive(Debug, Clone)]
+enum Projection {
+    Fused { linear: Linear, sizes: Vec<usize> },
+    Separate(Vec<Linear>),
+}
+
+impl Projection {
+    fn forward(&self, xs: &Tensor) -> CResult<Vec<Tensor>> {
+        match self {
+            Projection::Fused { linear, sizes } => {
+                let ys = linear.forward(xs)?;
+                let mut start = 0;
+                sizes
+                    .iter()
+                    .map(|&size| {
+                        let part = ys.narrow(D::Minus1, start, size);
+                        start += size;
+                        part
+                    })
+                    .collect()
+            }
+            Projection::Separate(linears) => linears.iter().map(|l| l.forward(xs)).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    attn_norm: Norm,
+    qkv: Projection,
+    o: Linear,
+    post_attn_norm: Option<Norm>,
+    ffn_norm: Option<Norm>,
+    post_ffn_norm: Option<Norm>,
+    /// `[gate, up]` for gated MLPs, `[up]` otherwise.
+    mlp_in: Projection,
+    down: Linear,
+    sliding_window: Option<usize>,
+}
+
+/// Additive attention masks for one forward step, `(batch, 1, new, cached + new)`.
+pub struct Masks {
+    /// For full-attention layers; `None` when nothing is masked (one sequence, one token).
+    pub full: Option<Tensor>,
+    /// For sliding-window layers (the model has at most one window size).
+    pub sliding: Option<Tensor>,
+}
+
+/// One forward step over a batch whose sequences share the cache layout.
+pub struct Step<'a> {
+    /// `(batch, new)` token ids.
+    pub tokens: &'a Tensor,
+    /// Rotary position of every new token, per sequence.
+    pub positions: &'a [Vec<u32>],
+    pub masks: &'a Masks,
+    /// Where the new tokens go in the cache (the same slot for every sequence).
+    pub offset: usize,
+    /// Compute next-token logits (skipped while encoding a shared prefix).
+    pub want_logits: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct DecoderModel {
+    pub spec: DecoderSpec,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    final_norm: Norm,
+    lm_head: Linear,
+    device: Device,
+    dtype: DType,
+}
+
+impl DecoderModel {
+    pub fn load(weights: &mut Weights, spec: DecoderSpec) -> Result<Self, LocalError> {
+        weights.arch = spec.arch.clone();
+        let names = spec.names.clone();
+        let norm = |weights: &mut Weights, prefix: &str| -> Result<Norm, LocalError> {
+            let weight = weights.tensor(&format!("{prefix}.weight"))?;
+            Ok(match spec.norm {
+                NormKind::Rms { eps } => {
+                    let weight = if spec.norm_unit_offset {
+                        (weight + 1.0).context(|| format!("{prefix}: 1 + w"))?
+                    } else {
+                        weight
+                    };
+                    Norm::Rms { weight, eps }
+                }
+                NormKind::Layer { eps } => {
+                    let bias = match weights.optional_tensor(&format!("{prefix}.bias"))? {
+                        Some(bias) => bias,
+                        None => weight
+                            .zeros_like()
+                            .context(|| format!("{prefix}: zero bias"))?,
+                    };
+                    Norm::Layer { weight, bias, eps }
+                }
+            })
+        };
+        let q_size = spec.num_heads * spec.head_dim;
+        let kv_size = spec.num_kv_heads * spec.head_dim;
+        let mut layers = Vec::with_capacity(spec.num_layers);
+        for i in 0..spec.num_layers {
+            let name = |template: &str| layer_name(template, i);
+            let fused_qkv = names
+                .qkv
+                .map(name)
+                .filter(|n| weights.has(&format!("{n}.weight")));
+            let qkv = match fused_qkv {
+                Some(prefix) => Projection::Fused {
+                    linear: Linear::load(weights, &prefix)?,
+                    sizes: vec![q_size, kv_size, kv_size],
+                },
+                None => Projection::Separate(vec![
+                    Linear::load(weights, &name(names.q))?,
+                    Linear::load(weights, &name(names.k))?,
+                    Linear::load(weights, &name(names.v))?,
+                ]),
+            };
+            let fused_gate_up = names
+                .gate_up
+                .map(name)
+                .filter(|n| weights.has(&format!("{n}.weight")));
+            let mlp_in = match (spec.gated_mlp, fused_gate_up) {
+                (true, Some(prefix)) => {
+                    let linear = Linear::load(weights, &prefix)?;
+                    let rows = weights
+                        .shape(&format!("{prefix}.weight"))
+                        .map_or(0, |s| s[0]);
+                    Projection::Fused {
+                        linear,
+                        sizes: vec![rows / 2, rows / 2],
+                    }
+                }
+                (true, None) => Projection::Separate(vec![
+                    Linear::load(weights, &name(names.gate))?,
+                    Linear::load(weights, &name(names.up))?,
+                ]),
+                (false, _) => Projection::Separate(vec![Linear::load(weights, &name(names.up))?]),
+            };
+            let optional_norm = |weights: &mut Weights,
+                                 template: Option<&str>|
+             -> Result<Option<Norm>, LocalError> {
+                template.map(|t| norm(weights, &name(t))).transpose()
+            };
+            layers.push(Layer {
+                attn_norm: norm(weights, &name(names.attn_norm))?,
+                qkv,
+                o: Linear::load(weights, &name(names.o))?,
+                post_attn_norm: optional_norm(weights, names.post_attn_norm)?,
+                ffn_norm: if spec.parallel_block {
+                    None
+                } else {
+                    optional_norm(weights, names.ffn_norm)?
+                },
+                post_ffn_norm: optional_norm(weights, names.post_ffn_norm)?,
+                mlp_in,
+                down: Linear::load(weights, &name(names.down))?,
+                sliding_window: spec.sliding_window.get(i).copied().flatten(),
+            });
+        }
+        let embed = weights.tensor(&format!("{}.weight", names.embed))?;
+        let lm_head_name = format!("{}.weight", names.lm_head);
+        let lm_head = if weights.has(&lm_head_name) {
+            Linear::load(weights, names.lm_head)?
+        } else {
+            // Tied embeddings: the output projection is the embedding matrix.
+            Linear::from_weight(candle_core::quantized::QMatMul::Tensor(embed.clone()))
+        };
+        let final_norm = norm(weights, names.final_norm)?;
+        Ok(DecoderModel {
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            device: weights.device.clone(),
+            dtype: weights.dtype,
+            spec,
+        })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn embedding_rows(&self) -> usize {
+        self.embed.dim(0).unwrap_or(0)
+    }
+
+    /// The window of sliding-window layers, if any.
+    pub fn sliding_window(&self) -> Option<usize> {
+        self.layers.iter().find_map(|l| l.sliding_window)
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` positions.
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> CResult<Vec<LayerCache>> {
+        (0..self.layers.len())
+            .map(|_| {
+                LayerCache::empty(
+                    batch,
+                    self.spec.num_kv_heads,
+                    capacity,
+                    self.spec.head_dim,
+                    self.dtype,
+                    &self.device,
+                )
+            })
+            .collect()
+    }
+
+    /// Runs new tokens through the model, filling the cache; returns the logits of each
+    /// sequence's last token `(batch, vocab)` when asked.
+    pub fn forward(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Option<Tensor>> {
+        let (batch, new) = step.tokens.dims2()?;
+        let mut xs = self
+            .embed
+            .index_select(&step.tokens.flatten_all()?, 0)?
+            .reshape((batch, new, self.spec.hidden_size))?;
+        if self.spec.scale_embeddings {
+            // transformers rounds the factor to the activation type first.
+            let factor = (self.spec.hidden_size as f32).sqrt();
+            xs = (xs * factor as f64)?;
+        }
+        let (cos, sin) = self
+            .spec
+            .rope
+            .tables(step.positions, &self.device, self.dtype)?;
+        for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
+            let mask = if layer.sliding_window.is_some() {
+                step.masks.sliding.as_ref()
+            } else {
+                step.masks.full.as_ref()
+            };
+            xs = self.layer_forward(layer, &xs, &cos, &sin, mask, step.offset, layer_cache)?;
+        }
+        if !step.want_logits {
+            return Ok(None);
+        }
+        let last = xs.narrow(1, new - 1, 1)?.squeeze(1)?;
+        let last = self.final_norm.forward(&last)?;
+        let mut logits = self.lm_head.forward(&last)?;
+        if let Some(cap) = self.spec.final_softcap {
+            logits = ((logits / cap)?.tanh()? * cap)?;
+        }
+        Ok(Some(logits.to_dtype(DType::F32)?))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn layer_forward(
+        &self,
+        layer: &Layer,
+        xs: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        offset: usize,
+        cache: &mut LayerCache,
+    ) -> CResult<Tensor> {
+        let spec = &self.spec;
+        let (batch, new, _) = xs.dims3()?;
+        let normed = layer.attn_norm.forward(xs)?;
+        let qkv = layer.qkv.forward(&normed)?;
+        let heads = |t: &Tensor, n: usize| -> CResult<Tensor> {
+            t.reshape((batch, new, n, spec.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q = spec
+            .rope
+            .apply(&heads(&qkv[0], spec.num_heads)?, cos, sin)?;
+        let k = spec
+            .rope
+            .apply(&heads(&qkv[1], spec.num_kv_heads)?, cos, sin)?;
+        let v = heads(&qkv[2], spec.num_kv_heads)?;
+        let (k, v) = cache.append(offset, &k, &v)?;
+        let attn = attention(&q, &k, &v, mask, spec.attn_scale, spec.attn_softcap, None)?;
+        let attn = attn
+            .transpose(1, 2)?
+            .reshape((batch, new, spec.num_heads * spec.head_dim))?;
+        let mut attn = layer.o.forward(&attn)?;
+        if let Some(norm) = &layer.post_attn_norm {
+            attn = norm.forward(&attn)?;
+        }
+        if spec.parallel_block {
+            let mlp = self.mlp(layer, &normed)?;
+            return (xs + attn)? + mlp;
+        }
+        let xs = (xs + attn)?;
+        let normed = match &layer.ffn_norm {
+            Some(norm) => norm.forward(&xs)?,
+            None => xs.clone(),
+        };
+        let mut mlp = self.mlp(layer, &normed)?;
+        if let Some(norm) = &layer.post_ffn_norm {
+            mlp = norm.forward(&mlp)?;
+        }
+        xs + mlp
+    }
+
+    fn mlp(&self, layer: &Layer, xs: &Tensor) -> CResult<Tensor> {
+        let inputs = layer.mlp_in.forward(xs)?;
+        let hidden = if self.spec.gated_mlp {
+            (self.spec.activation.apply(&inputs[0])? * &inputs[1])?
+        } else {
+            self.spec.activation.apply(&inputs[0])?
+        };
+        layer.down.forward(&hidden)
+    }
+}

@@ -1,0 +1,639 @@
+//! The generation loop: the prompts of a call run as micro-batches; their longest common
+//! token prefix is encoded once (and kept for the next call) and its KV cache copied into
+//! each micro-batch; each prompt's own suffix is left-padded to the longest one, then all
+//! sequences decode one token per step, leaving the batch when they finish.
+
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use super::LocalStats;
+use super::arch::t5::T5Model;
+use super::decoder::{DecoderModel, Masks, Step};
+use super::error::{CandleContext, LocalError};
+use super::layers::{CResult, LayerCache};
+
+/// Prompt positions encoded per forward pass while prefilling: bounds the size of the
+/// attention score matrix for long prompts.
+const PREFILL_CHUNK: usize = 512;
+
+/// What the caller asked for, resolved for the loop.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub max_new_tokens: usize,
+    pub temperature: f64,
+    pub top_p: Option<f64>,
+    /// Seed of every prompt's sampler (same request seed and sample index → same draws,
+    /// whatever else shares the batch).
+    pub seed: u64,
+    pub eos: Vec<u32>,
+    pub max_batch: usize,
+    pub prefix_reuse: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// End-of-sequence token (not part of the output) or a stop string.
+    Stop,
+    Length,
+}
+
+#[derive(Debug, Clone)]
+pub struct Generated {
+    pub prompt_tokens: usize,
+    pub ids: Vec<u32>,
+    pub finish: Finish,
+    pub elapsed_ms: u64,
+}
+
+/// The KV cache of the last shared prefix, kept across calls (batch of one).
+pub struct PrefixCache {
+    tokens: Vec<u32>,
+    layers: Vec<LayerCache>,
+}
+
+/// Picks next tokens: greedy (arg max, first of equals) or seeded temperature / top-p.
+struct Sampler {
+    rng: Option<StdRng>,
+    temperature: f64,
+    top_p: f64,
+}
+
+impl Sampler {
+    fn new(settings: &Settings) -> Self {
+        let rng = (settings.temperature > 0.0).then(|| StdRng::seed_from_u64(settings.seed));
+        Sampler {
+            rng,
+            temperature: settings.temperature,
+            top_p: settings.top_p.unwrap_or(1.0),
+        }
+    }
+
+    fn next(&mut self, logits: &[f32]) -> u32 {
+        let Some(rng) = self.rng.as_mut() else {
+            return argmax(logits);
+        };
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut probs: Vec<(u32, f64)> = logits
+            .iter()
+            .enumerate()
+            .map(|(id, &l)| (id as u32, (((l - max) as f64) / self.temperature).exp()))
+            .collect();
+        let total: f64 = probs.iter().map(|p| p.1).sum();
+        probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut kept = 0.0;
+        let mut cut = probs.len();
+        for (i, &(_, p)) in probs.iter().enumerate() {
+            kept += p / total;
+            if kept >= self.top_p {
+                cut = i + 1;
+                break;
+            }
+        }
+        probs.truncate(cut);
+        let mass: f64 = probs.iter().map(|p| p.1).sum();
+        let mut draw = rng.random::<f64>() * mass;
+        for &(id, p) in &probs {
+            draw -= p;
+            if draw <= 0.0 {
+                return id;
+            }
+        }
+        probs.last().map_or(0, |p| p.0)
+    }
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Where each sequence's tokens sit in a micro-batch's cache:
+/// `[shared prefix | padding | own prompt suffix | generated]`.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    prefix: usize,
+    pad: usize,
+}
+
+impl Layout {
+    fn valid(self, slot: usize) -> bool {
+        slot < self.prefix || slot >= self.prefix + self.pad
+    }
+
+    fn position(self, slot: usize) -> u32 {
+        if slot < self.prefix {
+            slot as u32
+        } else {
+            slot.saturating_sub(self.pad) as u32
+        }
+    }
+}
+
+/// Additive masks for query slots `queries` against key slots `0..keys`. A padding query
+/// attends to itself only, so that no softmax row is empty (which would produce NaN).
+fn build_masks(
+    layouts: &[Layout],
+    queries: std::ops::Range<usize>,
+    keys: usize,
+    window: Option<usize>,
+    device: &Device,
+    dtype: DType,
+) -> CResult<Masks> {
+    let no_padding = layouts.iter().all(|l| l.pad == 0);
+    let build = |window: Option<usize>| -> CResult<Option<Tensor>> {
+        let within_window = window.is_none_or(|w| keys <= w);
+        if queries.len() == 1 && no_padding && within_window {
+            return Ok(None);
+        }
+        let mut mask = Vec::with_capacity(layouts.len() * queries.len() * keys);
+        for layout in layouts {
+            for q in queries.clone() {
+                let q_real = layout.valid(q);
+                let q_pos = layout.position(q);
+                for k in 0..keys {
+                    let allowed = if !q_real {
+                        k == q
+                    } else {
+                        k <= q
+                            && layout.valid(k)
+                            && window.is_none_or(|w| (q_pos - layout.position(k)) < w as u32)
+                    };
+                    mask.push(if allowed { 0f32 } else { f32::NEG_INFINITY });
+                }
+            }
+        }
+        let mask = Tensor::from_vec(mask, (layouts.len(), 1, queries.len(), keys), device)?;
+        Ok(Some(mask.to_dtype(dtype)?))
+    };
+    Ok(Masks {
+        full: build(None)?,
+        sliding: match window {
+            Some(w) => build(Some(w))?,
+            None => None,
+        },
+    })
+}
+
+fn token_tensor(rows: &[Vec<u32>], device: &Device) -> CResult<Tensor> {
+    let width = rows.first().map_or(0, Vec::len);
+    let flat: Vec<u32> = rows.iter().flatten().copied().collect();
+    Tensor::from_vec(flat, (rows.len(), width), device)
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Feeds `rows` (equal widths) into `cache` starting at slot `start`, in chunks; returns
+/// the last position's logits when `want_logits`.
+fn prefill(
+    model: &DecoderModel,
+    rows: &[Vec<u32>],
+    layouts: &[Layout],
+    start: usize,
+    cache: &mut [LayerCache],
+    want_logits: bool,
+) -> CResult<Option<Tensor>> {
+    let width = rows.first().map_or(0, Vec::len);
+    let mut logits = None;
+    let mut done = 0;
+    while done < width {
+        let len = PREFILL_CHUNK.min(width - done);
+        let chunk: Vec<Vec<u32>> = rows.iter().map(|r| r[done..done + len].to_vec()).collect();
+        let slots = start + done..start + done + len;
+        let positions: Vec<Vec<u32>> = layouts
+            .iter()
+            .map(|l| slots.clone().map(|s| l.position(s)).collect())
+            .collect();
+        let masks = build_masks(
+            layouts,
+            slots.clone(),
+            slots.end,
+            model.sliding_window(),
+            model.device(),
+            model.dtype(),
+        )?;
+        let tokens = token_tensor(&chunk, model.device())?;
+        let last_chunk = done + len == width;
+        logits = model.forward(
+            &Step {
+                tokens: &tokens,
+                positions: &positions,
+                masks: &masks,
+                offset: slots.start,
+                want_logits: want_logits && last_chunk,
+            },
+            cache,
+        )?;
+        done += len;
+    }
+    Ok(logits)
+}
+
+/// Brings the kept prefix cache to exactly `target`, reusing what it shares with the old one.
+fn prepare_prefix(
+    model: &DecoderModel,
+    target: &[u32],
+    kept: &mut Option<PrefixCache>,
+    stats: &mut LocalStats,
+) -> CResult<()> {
+    let reusable = kept
+        .as_ref()
+        .map_or(0, |p| common_prefix(&p.tokens, target));
+    if reusable == target.len()
+        && kept
+            .as_ref()
+            .is_some_and(|p| p.tokens.len() == target.len())
+    {
+        stats.prompt_tokens_reused += target.len() as u64;
+        return Ok(());
+    }
+    let mut layers = match kept.as_ref() {
+        Some(old) if reusable > 0 => old
+            .layers
+            .iter()
+            .map(|l| l.expand(reusable, 1, target.len()))
+            .collect::<CResult<Vec<_>>>()?,
+        _ => model.new_cache(1, target.len())?,
+    };
+    let layout = [Layout {
+        prefix: target.len(),
+        pad: 0,
+    }];
+    prefill(
+        model,
+        &[target[reusable..].to_vec()],
+        &layout,
+        reusable,
+        &mut layers,
+        false,
+    )?;
+    stats.prompt_tokens_reused += reusable as u64;
+    stats.prompt_tokens_processed += (target.len() - reusable) as u64;
+    *kept = Some(PrefixCache {
+        tokens: target.to_vec(),
+        layers,
+    });
+    Ok(())
+}
+
+/// Generates for every prompt (token ids) with a decoder-only model.
+pub fn generate_decoder(
+    model: &DecoderModel,
+    prompts: &[Vec<u32>],
+    settings: &Settings,
+    kept: &mut Option<PrefixCache>,
+    stats: &mut LocalStats,
+    stop_check: &dyn Fn(&[u32]) -> bool,
+) -> Result<Vec<Generated>, LocalError> {
+    let context = || "generating with the local model".to_string();
+    let mut results: Vec<Option<Generated>> = vec![None; prompts.len()];
+    if prompts.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Every prompt keeps at least its last token out of the prefix: its logits start
+    // the generation.
+    let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
+    let prefix_len = if settings.prefix_reuse {
+        let mut len = shortest.saturating_sub(1);
+        for prompt in &prompts[1..] {
+            len = len.min(common_prefix(&prompts[0], prompt));
+        }
+        len
+    } else {
+        *kept = None;
+        0
+    };
+    if prefix_len > 0 {
+        prepare_prefix(model, &prompts[0][..prefix_len], kept, stats).context(context)?;
+    }
+    // Similar lengths together: less padding per micro-batch.
+    let mut order: Vec<usize> = (0..prompts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(prompts[i].len()));
+    for group in order.chunks(settings.max_batch.max(1)) {
+        let started = Instant::now();
+        let suffixes: Vec<&[u32]> = group.iter().map(|&i| &prompts[i][prefix_len..]).collect();
+        let generated = decode_group(
+            model,
+            prefix_len,
+            &suffixes,
+            settings,
+            kept.as_ref(),
+            stats,
+            stop_check,
+            started,
+        )
+        .context(context)?;
+        for (&i, mut result) in group.iter().zip(generated) {
+            result.prompt_tokens = prompts[i].len();
+            results[i] = Some(result);
+        }
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every prompt generated"))
+        .collect())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode_group(
+    model: &DecoderModel,
+    prefix_len: usize,
+    suffixes: &[&[u32]],
+    settings: &Settings,
+    prefix: Option<&PrefixCache>,
+    stats: &mut LocalStats,
+    stop_check: &dyn Fn(&[u32]) -> bool,
+    started: Instant,
+) -> CResult<Vec<Generated>> {
+    let batch = suffixes.len();
+    let width = suffixes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let capacity = prefix_len + width + settings.max_new_tokens;
+    let mut cache = match prefix {
+        Some(prefix) if prefix_len > 0 => prefix
+            .layers
+            .iter()
+            .map(|l| l.expand(prefix_len, batch, capacity))
+            .collect::<CResult<Vec<_>>>()?,
+        _ => model.new_cache(batch, capacity)?,
+    };
+    let mut layouts: Vec<Layout> = suffixes
+        .iter()
+        .map(|s| Layout {
+            prefix: prefix_len,
+            pad: width - s.len(),
+        })
+        .collect();
+    // Left padding: token 0 fills the masked slots.
+    let rows: Vec<Vec<u32>> = suffixes
+        .iter()
+        .map(|s| {
+            std::iter::repeat_n(0, width - s.len())
+                .chain(s.iter().copied())
+                .collect()
+        })
+        .collect();
+    stats.prompt_tokens_processed += suffixes.iter().map(|s| s.len() as u64).sum::<u64>();
+    stats.prompt_tokens_reused += (prefix_len * batch) as u64;
+    let mut logits =
+        prefill(model, &rows, &layouts, prefix_len, &mut cache, true)?.expect("prefill logits");
+
+    let mut outputs: Vec<Option<Generated>> = vec![None; batch];
+    let mut samplers: Vec<Sampler> = (0..batch).map(|_| Sampler::new(settings)).collect();
+    let mut generated: Vec<Vec<u32>> = vec![Vec::new(); batch];
+    // Index into the group of each sequence still in the batch.
+    let mut active: Vec<usize> = (0..batch).collect();
+    let mut slot = prefix_len + width;
+    loop {
+        let rows = logits.to_vec2::<f32>()?;
+        let mut next_tokens = Vec::with_capacity(active.len());
+        let mut keep = Vec::with_capacity(active.len());
+        for (row, &seq) in active.iter().enumerate() {
+            let token = samplers[seq].next(&rows[row]);
+            let finish = if settings.eos.contains(&token) {
+                Some(Finish::Stop)
+            } else {
+                generated[seq].push(token);
+                stats.tokens_generated += 1;
+                if stop_check(&generated[seq]) {
+                    Some(Finish::Stop)
+                } else if generated[seq].len() >= settings.max_new_tokens {
+                    Some(Finish::Length)
+                } else {
+                    None
+                }
+            };
+            match finish {
+                Some(finish) => {
+                    outputs[seq] = Some(Generated {
+                        prompt_tokens: 0,
+                        ids: std::mem::take(&mut generated[seq]),
+                        finish,
+                        elapsed_ms: started.elapsed().as_millis() as u64,
+                    });
+                }
+                None => {
+                    keep.push(row as u32);
+                    next_tokens.push(vec![token]);
+                }
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() < active.len() {
+            let rows = Tensor::new(keep.as_slice(), model.device())?;
+            cache = cache
+                .iter()
+                .map(|l| l.select(&rows))
+                .collect::<CResult<Vec<_>>>()?;
+            active = keep.iter().map(|&r| active[r as usize]).collect();
+            layouts = keep.iter().map(|&r| layouts[r as usize]).collect();
+        }
+        let positions: Vec<Vec<u32>> = layouts.iter().map(|l| vec![l.position(slot)]).collect();
+        let masks = build_masks(
+            &layouts,
+            slot..slot + 1,
+            slot + 1,
+            model.sliding_window(),
+            model.device(),
+            model.dtype(),
+        )?;
+        let tokens = token_tensor(&next_tokens, model.device())?;
+        logits = model
+            .forward(
+                &Step {
+                    tokens: &tokens,
+                    positions: &positions,
+                    masks: &masks,
+                    offset: slot,
+                    want_logits: true,
+                },
+                &mut cache,
+            )?
+            .expect("decode logits");
+        slot += 1;
+    }
+    Ok(outputs
+        .into_iter()
+        .map(|o| o.expect("every sequence finished"))
+        .collect())
+}
+
+/// Generates for every prompt with T5: the encoder runs once per micro-batch
+/// (right-padded), the decoder starts from `decoder_start_token_id`.
+pub fn generate_t5(
+    model: &T5Model,
+    prompts: &[Vec<u32>],
+    settings: &Settings,
+    stats: &mut LocalStats,
+    stop_check: &dyn Fn(&[u32]) -> bool,
+) -> Result<Vec<Generated>, LocalError> {
+    let context = || "generating with the local T5 model".to_string();
+    let mut results: Vec<Option<Generated>> = vec![None; prompts.len()];
+    let mut order: Vec<usize> = (0..prompts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(prompts[i].len()));
+    for group in order.chunks(settings.max_batch.max(1)) {
+        let started = Instant::now();
+        let inputs: Vec<&[u32]> = group.iter().map(|&i| prompts[i].as_slice()).collect();
+        let generated =
+            t5_group(model, &inputs, settings, stats, stop_check, started).context(context)?;
+        for (&i, mut result) in group.iter().zip(generated) {
+            result.prompt_tokens = prompts[i].len();
+            results[i] = Some(result);
+        }
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every prompt generated"))
+        .collect())
+}
+
+fn t5_group(
+    model: &T5Model,
+    inputs: &[&[u32]],
+    settings: &Settings,
+    stats: &mut LocalStats,
+    stop_check: &dyn Fn(&[u32]) -> bool,
+    started: Instant,
+) -> CResult<Vec<Generated>> {
+    let batch = inputs.len();
+    let width = inputs.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
+    let pad = model.config.pad();
+    let rows: Vec<Vec<u32>> = inputs
+        .iter()
+        .map(|s| {
+            s.iter()
+                .copied()
+                .chain(std::iter::repeat_n(pad, width - s.len()))
+                .collect()
+        })
+        .collect();
+    let lengths: Vec<usize> = inputs.iter().map(|s| s.len()).collect();
+    stats.prompt_tokens_processed += lengths.iter().sum::<usize>() as u64;
+    let mut encoded = model.encode(&token_tensor(&rows, model.device())?, &lengths)?;
+    let mut cache = model.new_cache(batch, settings.max_new_tokens + 1)?;
+    let mut samplers: Vec<Sampler> = (0..batch).map(|_| Sampler::new(settings)).collect();
+    let mut generated: Vec<Vec<u32>> = vec![Vec::new(); batch];
+    let mut outputs: Vec<Option<Generated>> = vec![None; batch];
+    let mut active: Vec<usize> = (0..batch).collect();
+    let mut next: Vec<Vec<u32>> = vec![vec![model.config.decoder_start()]; batch];
+    for step in 0..=settings.max_new_tokens {
+        let tokens = token_tensor(&next, model.device())?;
+        let logits = model
+            .decode_step(&tokens, step, &encoded, &mut cache)?
+            .to_vec2::<f32>()?;
+        let mut keep = Vec::new();
+        next.clear();
+        for (row, &seq) in active.iter().enumerate() {
+            let token = samplers[seq].next(&logits[row]);
+            let finish = if settings.eos.contains(&token) {
+                Some(Finish::Stop)
+            } else {
+                generated[seq].push(token);
+                stats.tokens_generated += 1;
+                if stop_check(&generated[seq]) {
+                    Some(Finish::Stop)
+                } else if generated[seq].len() >= settings.max_new_tokens {
+                    Some(Finish::Length)
+                } else {
+                    None
+                }
+            };
+            match finish {
+                Some(finish) => {
+                    outputs[seq] = Some(Generated {
+                        prompt_tokens: 0,
+                        ids: std::mem::take(&mut generated[seq]),
+                        finish,
+                        elapsed_ms: started.elapsed().as_millis() as u64,
+                    });
+                }
+                None => {
+                    keep.push(row as u32);
+                    next.push(vec![token]);
+                }
+            }
+        }
+        if keep.is_empty() {
+            break;
+        }
+        if keep.len() < active.len() {
+            let rows = Tensor::new(keep.as_slice(), model.device())?;
+            cache = cache
+                .iter()
+                .map(|l| l.select(&rows))
+                .collect::<CResult<Vec<_>>>()?;
+            encoded = model.select_encoded(&encoded, &rows)?;
+            active = keep.iter().map(|&r| active[r as usize]).collect();
+        }
+    }
+    Ok(outputs
+        .into_iter()
+        .map(|o| o.expect("every sequence finished"))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padding_and_prefix_layout() {
+        let layout = Layout { prefix: 3, pad: 2 };
+        let valid: Vec<bool> = (0..7).map(|s| layout.valid(s)).collect();
+        assert_eq!(valid, vec![true, true, true, false, false, true, true]);
+        assert_eq!(layout.position(5), 3);
+        assert_eq!(layout.position(6), 4);
+    }
+
+    #[test]
+    fn padded_queries_never_produce_empty_rows() {
+        let layouts = [Layout { prefix: 0, pad: 2 }, Layout { prefix: 0, pad: 0 }];
+        let masks = build_masks(&layouts, 0..3, 3, None, &Device::Cpu, DType::F32).unwrap();
+        let mask = masks
+            .full
+            .unwrap()
+            .flatten_to(2)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        assert_eq!(mask.len(), 6);
+        for row in &mask {
+            assert!(
+                row.iter().any(|v| v.is_finite()),
+                "a softmax row is fully masked: {row:?}"
+            );
+        }
+        // The first sequence's real token sees only itself, never the padding.
+        assert_eq!(mask[2], vec![f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0]);
+    }
+
+    #[test]
+    fn seeded_sampling_repeats_and_greedy_takes_first_max() {
+        let settings = Settings {
+            max_new_tokens: 1,
+            temperature: 0.8,
+            top_p: Some(0.9),
+            seed: 7,
+            eos: vec![],
+            max_batch: 1,
+            prefix_reuse: true,
+        };
+        let logits = [0.1f32, 2.0, 1.9, -1.0, 0.5];
+        let draws = |settings: &Settings| {
+            let mut sampler = Sampler::new(settings);
+            (0..20).map(|_| sampler.next(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(&settings), draws(&settings));
+        assert!(draws(&settings).iter().all(|&t| t == 1 || t == 2 || t == 4));
+        assert_eq!(argmax(&[1.0, 3.0, 3.0]), 1);
+    }
+}

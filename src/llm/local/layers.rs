@@ -1,0 +1,332 @@
+//! Building blocks shared by the architectures: linear layers (dense or quantized), norms,
+//! activations, rotary embeddings with per-sequence positions, attention with an additive
+//! mask, and a preallocated KV cache that can be copied per prompt.
+
+use candle_core::quantized::QMatMul;
+use candle_core::{D, DType, Device, Module, Tensor};
+
+use super::error::LocalError;
+use super::weights::Weights;
+
+pub type CResult<T> = candle_core::Result<T>;
+
+/// `y = x Wᵀ + b`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: QMatMul,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// Loads `{prefix}.weight` and, when present (or `bias` is required), `{prefix}.bias`.
+    pub fn load(weights: &mut Weights, prefix: &str) -> Result<Self, LocalError> {
+        let weight = weights.matmul_weight(&format!("{prefix}.weight"))?;
+        let bias = weights.optional_tensor(&format!("{prefix}.bias"))?;
+        Ok(Linear { weight, bias })
+    }
+
+    pub fn from_weight(weight: QMatMul) -> Self {
+        Linear { weight, bias: None }
+    }
+
+    pub fn forward(&self, xs: &Tensor) -> CResult<Tensor> {
+        let ys = match &self.weight {
+            // One 2-D GEMM over every token of every sequence: candle would otherwise run
+            // one small matmul per sequence of the batch.
+            QMatMul::Tensor(w) => {
+                let dims = xs.dims().to_vec();
+                let (last, lead) = dims.split_last().expect("linear input has a feature dim");
+                let rows: usize = lead.iter().product();
+                let flat = xs.reshape((rows, *last))?.matmul(&w.t()?)?;
+                let mut out_dims = lead.to_vec();
+                out_dims.push(w.dim(0)?);
+                flat.reshape(out_dims)?
+            }
+            other => other.forward(xs)?,
+        };
+        match &self.bias {
+            Some(bias) => ys.broadcast_add(bias),
+            None => Ok(ys),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Norm {
+    /// `x / rms(x) * w` (Gemma's `(1 + w)` is folded into `w` at load).
+    Rms { weight: Tensor, eps: f32 },
+    Layer {
+        weight: Tensor,
+        bias: Tensor,
+        eps: f32,
+    },
+}
+
+impl Norm {
+    pub fn forward(&self, xs: &Tensor) -> CResult<Tensor> {
+        match self {
+            Norm::Rms { weight, eps } => candle_nn::ops::rms_norm(&xs.contiguous()?, weight, *eps),
+            Norm::Layer { weight, bias, eps } => {
+                candle_nn::ops::layer_norm(&xs.contiguous()?, weight, bias, *eps)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// tanh approximation (`gelu_new`, `gelu_pytorch_tanh`).
+    GeluTanh,
+    /// exact erf GELU (`gelu`).
+    GeluErf,
+    Relu,
+}
+
+impl Activation {
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "silu" | "swish" => Activation::Silu,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" | "gelu_tanh" => Activation::GeluTanh,
+            "gelu" => Activation::GeluErf,
+            "relu" => Activation::Relu,
+            _ => return None,
+        })
+    }
+
+    pub fn apply(self, xs: &Tensor) -> CResult<Tensor> {
+        match self {
+            Activation::Silu => candle_nn::ops::silu(xs),
+            Activation::GeluTanh => xs.gelu(),
+            Activation::GeluErf => xs.gelu_erf(),
+            Activation::Relu => xs.relu(),
+        }
+    }
+}
+
+/// Rotary position embedding over the first `rotary_dim` features of each head.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    /// One inverse frequency per rotated pair, computed as transformers does (f32).
+    inv_freq: Vec<f32>,
+    pub rotary_dim: usize,
+    /// GGUF llama checkpoints rotate adjacent pairs (their q/k rows were permuted at
+    /// conversion); Hugging Face checkpoints rotate the two halves.
+    pub interleaved: bool,
+}
+
+impl Rope {
+    pub fn new(theta: f32, rotary_dim: usize, interleaved: bool) -> Self {
+        let inv_freq = (0..rotary_dim / 2)
+            .map(|i| 1.0 / theta.powf((2 * i) as f32 / rotary_dim as f32))
+            .collect();
+        Rope {
+            inv_freq,
+            rotary_dim,
+            interleaved,
+        }
+    }
+
+    /// Llama 3.1's frequency-dependent scaling (`rope_type = "llama3"`).
+    pub fn scale_llama3(
+        &mut self,
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max: f32,
+    ) {
+        let low_freq_wavelen = original_max / low_freq_factor;
+        let high_freq_wavelen = original_max / high_freq_factor;
+        for freq in &mut self.inv_freq {
+            let wavelen = 2.0 * std::f32::consts::PI / *freq;
+            if wavelen > low_freq_wavelen {
+                *freq /= factor;
+            } else if wavelen >= high_freq_wavelen {
+                let smooth = (original_max / wavelen - low_freq_factor)
+                    / (high_freq_factor - low_freq_factor);
+                *freq = (1.0 - smooth) * *freq / factor + smooth * *freq;
+            }
+        }
+    }
+
+    /// Linear position interpolation (`rope_type = "linear"`).
+    pub fn scale_linear(&mut self, factor: f32) {
+        for freq in &mut self.inv_freq {
+            *freq /= factor;
+        }
+    }
+
+    /// Per-frequency divisors stored in GGUF files (`rope_freqs.weight`).
+    pub fn divide(&mut self, factors: &[f32]) {
+        for (freq, factor) in self.inv_freq.iter_mut().zip(factors) {
+            *freq /= factor;
+        }
+    }
+
+    /// `cos`/`sin` tables of shape `(batch, seq, rotary_dim / 2)` for these positions.
+    pub fn tables(
+        &self,
+        positions: &[Vec<u32>],
+        device: &Device,
+        dtype: DType,
+    ) -> CResult<(Tensor, Tensor)> {
+        let batch = positions.len();
+        let seq = positions.first().map_or(0, Vec::len);
+        let half = self.inv_freq.len();
+        let mut cos = Vec::with_capacity(batch * seq * half);
+        let mut sin = Vec::with_capacity(batch * seq * half);
+        for row in positions {
+            for &pos in row {
+                for &freq in &self.inv_freq {
+                    let angle = pos as f32 * freq;
+                    cos.push(angle.cos());
+                    sin.push(angle.sin());
+                }
+            }
+        }
+        let cos = Tensor::from_vec(cos, (batch, seq, half), device)?.to_dtype(dtype)?;
+        let sin = Tensor::from_vec(sin, (batch, seq, half), device)?.to_dtype(dtype)?;
+        Ok((cos, sin))
+    }
+
+    /// Rotates `xs` of shape `(batch, heads, seq, head_dim)`.
+    pub fn apply(&self, xs: &Tensor, cos: &Tensor, sin: &Tensor) -> CResult<Tensor> {
+        let head_dim = xs.dim(D::Minus1)?;
+        let rotate = |part: &Tensor| -> CResult<Tensor> {
+            let part = part.contiguous()?;
+            if self.interleaved {
+                candle_nn::rotary_emb::rope_i(&part, cos, sin)
+            } else {
+                candle_nn::rotary_emb::rope(&part, cos, sin)
+            }
+        };
+        if self.rotary_dim == head_dim {
+            return rotate(xs);
+        }
+        let rotated = rotate(&xs.narrow(D::Minus1, 0, self.rotary_dim)?)?;
+        let kept = xs.narrow(D::Minus1, self.rotary_dim, head_dim - self.rotary_dim)?;
+        // candle concatenates along the last dim through transposes: make it dense again.
+        Tensor::cat(&[&rotated, &kept], D::Minus1)?.contiguous()
+    }
+}
+
+/// Scaled dot-product attention. `q`: `(b, heads, tq, d)`; `k`, `v`: `(b, kv_heads, tk, d)`;
+/// `mask`: additive `(b, 1, tq, tk)`; `bias`: additive `(1 or b, heads, tq, tk)` (T5).
+/// Grouped-query heads are folded into the query rows instead of copying `k` and `v`.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+    softcap: Option<f64>,
+    bias: Option<&Tensor>,
+) -> CResult<Tensor> {
+    let (batch, heads, tq, head_dim) = q.dims4()?;
+    let kv_heads = k.dim(1)?;
+    let group = heads / kv_heads;
+    let q = if group > 1 {
+        q.contiguous()?
+            .reshape((batch, kv_heads, group * tq, head_dim))?
+    } else {
+        q.clone()
+    };
+    let mut scores = (q.matmul(&k.t()?)? * scale)?;
+    if let Some(cap) = softcap {
+        scores = ((scores / cap)?.tanh()? * cap)?;
+    }
+    if let Some(bias) = bias {
+        scores = scores.broadcast_add(bias)?;
+    }
+    if let Some(mask) = mask {
+        let mask = if group > 1 {
+            mask.repeat((1, 1, group, 1))?
+        } else {
+            mask.clone()
+        };
+        scores = scores.broadcast_add(&mask)?;
+    }
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    let out = probs.matmul(&v.contiguous()?)?;
+    if group > 1 {
+        out.reshape((batch, heads, tq, head_dim))
+    } else {
+        Ok(out)
+    }
+}
+
+/// Keys and values of one attention layer for a batch, preallocated to the longest
+/// sequence the batch can reach so that each step writes in place.
+#[derive(Debug, Clone)]
+pub struct LayerCache {
+    k: Tensor,
+    v: Tensor,
+}
+
+impl LayerCache {
+    pub fn new(k: Tensor, v: Tensor) -> Self {
+        LayerCache { k, v }
+    }
+
+    pub fn empty(
+        batch: usize,
+        kv_heads: usize,
+        capacity: usize,
+        head_dim: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> CResult<Self> {
+        let shape = (batch, kv_heads, capacity, head_dim);
+        Ok(LayerCache {
+            k: Tensor::zeros(shape, dtype, device)?,
+            v: Tensor::zeros(shape, dtype, device)?,
+        })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.k.dim(2).unwrap_or(0)
+    }
+
+    /// Writes `k`, `v` at `offset` and returns the views over `[0, offset + new)`.
+    pub fn append(&mut self, offset: usize, k: &Tensor, v: &Tensor) -> CResult<(Tensor, Tensor)> {
+        let new = k.dim(2)?;
+        self.k.slice_set(&k.contiguous()?, 2, offset)?;
+        self.v.slice_set(&v.contiguous()?, 2, offset)?;
+        Ok((
+            self.k.narrow(2, 0, offset + new)?,
+            self.v.narrow(2, 0, offset + new)?,
+        ))
+    }
+
+    /// The first `len` positions copied into a new cache of `batch` sequences and
+    /// `capacity` positions (the shared-prefix snapshot handed to each prompt).
+    pub fn expand(&self, len: usize, batch: usize, capacity: usize) -> CResult<Self> {
+        let grow = |t: &Tensor| -> CResult<Tensor> {
+            let (b, heads, _, head_dim) = t.dims4()?;
+            let prefix = t.narrow(2, 0, len)?;
+            let prefix = if b == batch {
+                prefix
+            } else {
+                prefix.broadcast_as((batch, heads, len, head_dim))?
+            };
+            let rest = Tensor::zeros(
+                (batch, heads, capacity - len, head_dim),
+                t.dtype(),
+                t.device(),
+            )?;
+            Tensor::cat(&[&prefix.contiguous()?, &rest], 2)
+        };
+        Ok(LayerCache {
+            k: grow(&self.k)?,
+            v: grow(&self.v)?,
+        })
+    }
+
+    /// Keeps only the sequences at `rows` (finished ones leave the batch).
+    pub fn select(&self, rows: &Tensor) -> CResult<Self> {
+        Ok(LayerCache {
+            k: self.k.index_select(rows, 0)?,
+            v: self.v.index_select(rows, 0)?,
+        })
+    }
+}

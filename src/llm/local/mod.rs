@@ -1,0 +1,452 @@
+//! In-process inference with candle (`backend = "local"`).
+//!
+//! Loads a model from a directory of `config.json` + `tokenizer.json` + `*.safetensors`
+//! (also the Hugging Face cache layout `models--org--name/snapshots/<rev>/`) or from one
+//! GGUF file (quantized; its tokenizer is rebuilt from `tokenizer.ggml.*` when no
+//! `tokenizer.json` lies beside it), and generates the way the paper ran open-weight models:
+//! greedy by default, the test's max tokens, raw prompt, only the new text returned.
+//!
+//! Architectures: llama (Llama 2, 3, 3.1, SmolLM2), mistral, gemma, gemma2, phi (phi-2),
+//! phi3 and T5 (T0). They are our own small files (`arch/`) over one decoder
+//! (`decoder.rs`) rather than candle-transformers' models, because those keep their KV
+//! cache inside the model and have no padding mask: we need both a cache that can be
+//! copied per prompt (shared-prefix reuse) and batches of prompts of different lengths.
+//! GPT-J has no implementation here (nor in candle): serve it with vLLM or TGI and use the
+//! OpenAI-compatible backend.
+//!
+//! Throughput: the prompts of one call run as micro-batches of `max_batch`; their longest
+//! common token prefix (the long instructions of membership and classification prompts)
+//! is encoded once and its KV cache copied into each micro-batch, and the last prefix is
+//! kept for the next call. [`LocalStats`] counts the prompt tokens actually run through
+//! the model, so that a benchmark can compare with and without reuse.
+//!
+//! Identity: [`LocalModel::revision`] is a blake3 digest of the weight, config and
+//! tokenizer files' bytes, recomputed at every load (nothing is cached on disk), so a
+//! changed checkpoint never reuses old answers.
+//!
+//! Devices: CPU (f32) by default; CUDA with the cargo feature `cuda`.
+//! Everything here is synchronous: the async runner calls it from a blocking thread.
+
+pub mod arch;
+pub mod decoder;
+pub mod error;
+pub mod fetch;
+pub mod files;
+pub mod generate;
+pub mod layers;
+pub mod tokenizer;
+pub mod weights;
+
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::{DType, Device};
+
+pub use error::LocalError;
+pub use files::{ModelFiles, WeightFormat, weights_digest};
+
+use super::{GenerationParams, Response};
+use arch::Architecture;
+use arch::t5::T5Model;
+use decoder::DecoderModel;
+pub use generate::{Finish, Generated};
+use generate::{PrefixCache, Settings};
+use tokenizer::TextTokenizer;
+use weights::Weights;
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LocalDevice {
+    #[default]
+    Cpu,
+    /// A CUDA GPU by ordinal (needs the `cuda` cargo feature).
+    Cuda(usize),
+}
+
+/// How a local model is loaded and run.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    pub device: LocalDevice,
+    /// Prompts decoded together; bounds the KV cache memory (`batch × prompt length`).
+    pub max_batch: usize,
+    /// Encode the prompts' common prefix once and reuse its KV cache.
+    pub prefix_reuse: bool,
+    /// Expand quantized GGUF weights to f32: `None` decides by size (≤ `dequantize_limit_bytes`
+    /// on CPU, where f32 GEMM over a batch beats candle's quantized kernels).
+    pub dequantize: Option<bool>,
+    pub dequantize_limit_bytes: u64,
+    /// Wrap each prompt in a simple chat template for instruct models (ChatML, Llama 3,
+    /// Gemma, Phi-3 or Mistral, chosen by the tokenizer's special tokens). Off by default:
+    /// the paper sends raw prompts.
+    pub chat_template: bool,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        LocalOptions {
+            device: LocalDevice::Cpu,
+            max_batch: 8,
+            prefix_reuse: true,
+            dequantize: None,
+            dequantize_limit_bytes: 2 << 30,
+            chat_template: false,
+        }
+    }
+}
+
+/// Work done by a model since it was loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocalStats {
+    /// Prompt tokens run through the model (shared prefixes counted once).
+    pub prompt_tokens_processed: u64,
+    /// Prompt tokens whose KV cache was copied from a shared prefix instead.
+    pub prompt_tokens_reused: u64,
+    pub tokens_generated: u64,
+    pub prompts: u64,
+}
+
+enum Network {
+    Decoder(Box<DecoderModel>),
+    T5(Box<T5Model>),
+}
+
+/// A loaded model, ready to generate.
+pub struct LocalModel {
+    network: Network,
+    tokenizer: TextTokenizer,
+    eos: Vec<u32>,
+    revision: String,
+    files: ModelFiles,
+    options: LocalOptions,
+    stats: LocalStats,
+    kept_prefix: Option<PrefixCache>,
+}
+
+impl LocalModel {
+    /// Loads the model at `path` (see the module docs for the layouts understood).
+    pub fn load(path: &Path, options: &LocalOptions) -> Result<LocalModel, LocalError> {
+        let files = ModelFiles::locate(path)?;
+        let device = match options.device {
+            LocalDevice::Cpu => Device::Cpu,
+            LocalDevice::Cuda(ordinal) => {
+                Device::new_cuda(ordinal).map_err(|source| LocalError::Candle {
+                    context: format!(
+                        "opening CUDA device {ordinal} (build with `--features cuda`)"
+                    ),
+                    source,
+                })?
+            }
+        };
+        let dtype = if device.is_cpu() {
+            DType::F32
+        } else {
+            DType::BF16
+        };
+        let (network, tokenizer, mut eos) = match &files.format {
+            WeightFormat::Safetensors { config, shards } => {
+                let (architecture, eos) = arch::from_config_file(config)?;
+                let tokenizer_path =
+                    files
+                        .tokenizer
+                        .clone()
+                        .ok_or_else(|| LocalError::MissingTokenizer {
+                            path: files.dir.clone(),
+                        })?;
+                let tokenizer = TextTokenizer::from_file(&tokenizer_path)?;
+                let mut weights = Weights::open_safetensors(shards, &device, dtype)?;
+                let network = match architecture {
+                    Architecture::Decoder(spec) => {
+                        Network::Decoder(Box::new(DecoderModel::load(&mut weights, *spec)?))
+                    }
+                    Architecture::T5(config) => {
+                        Network::T5(Box::new(T5Model::load(&mut weights, config)?))
+                    }
+                };
+                (network, tokenizer, eos)
+            }
+            WeightFormat::Gguf(gguf) => {
+                let (mut weights, meta) = Weights::open_gguf(gguf, &device, dtype)?;
+                weights.dequantize = options.dequantize.unwrap_or(
+                    device.is_cpu() && weights.dense_size_bytes() <= options.dequantize_limit_bytes,
+                );
+                let embedding_rows = weights.shape("token_embd.weight").map_or(0, |s| s[0]);
+                let spec = arch::from_gguf(gguf, &meta, embedding_rows)?;
+                let mut spec = spec;
+                if let Some(factors) = weights.optional_tensor("rope_freqs.weight")? {
+                    let factors = factors
+                        .to_dtype(DType::F32)
+                        .and_then(|f| f.to_vec1::<f32>());
+                    spec.rope
+                        .divide(&factors.map_err(|source| LocalError::Candle {
+                            context: "reading rope_freqs.weight".into(),
+                            source,
+                        })?);
+                }
+                let tokenizer = match &files.tokenizer {
+                    Some(path) => TextTokenizer::from_file(path)?,
+                    None => TextTokenizer::from_gguf(gguf, &meta)?,
+                };
+                let mut eos: Vec<u32> = [
+                    "tokenizer.ggml.eos_token_id",
+                    "tokenizer.ggml.eot_token_id",
+                    "tokenizer.ggml.eom_token_id",
+                ]
+                .iter()
+                .filter_map(|key| meta.u32(key))
+                .collect();
+                eos.dedup();
+                (
+                    Network::Decoder(Box::new(DecoderModel::load(&mut weights, spec)?)),
+                    tokenizer,
+                    eos,
+                )
+            }
+        };
+        if let Some(path) = &files.generation_config
+            && let Ok(text) = std::fs::read_to_string(path)
+            && let Ok(json) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            eos.extend(arch::eos_ids(&json));
+        }
+        if eos.is_empty() {
+            eos.extend(
+                ["</s>", "<|endoftext|>", "<eos>"]
+                    .iter()
+                    .find_map(|t| tokenizer.token_id(t)),
+            );
+        }
+        eos.sort_unstable();
+        eos.dedup();
+        let embedding_rows = match &network {
+            Network::Decoder(model) => model.embedding_rows(),
+            Network::T5(model) => model.embedding_rows(),
+        };
+        check_tokenizer_matches(&tokenizer, embedding_rows, files.weights_path())?;
+        let revision = weights_digest(&files.identity_files())?;
+        Ok(LocalModel {
+            network,
+            tokenizer,
+            eos,
+            revision,
+            files,
+            options: options.clone(),
+            stats: LocalStats::default(),
+            kept_prefix: None,
+        })
+    }
+
+    /// The weights digest (`blake3:…`): the model's revision in request keys.
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    pub fn stats(&self) -> LocalStats {
+        self.stats
+    }
+
+    pub fn reset_stats(&mut self) {
+        self.stats = LocalStats::default();
+    }
+
+    /// Batch size and prefix reuse can change between calls (device and weights cannot).
+    pub fn set_batching(&mut self, max_batch: usize, prefix_reuse: bool) {
+        self.options.max_batch = max_batch.max(1);
+        self.options.prefix_reuse = prefix_reuse;
+        if !prefix_reuse {
+            self.kept_prefix = None;
+        }
+    }
+
+    pub fn files(&self) -> &ModelFiles {
+        &self.files
+    }
+
+    /// End-of-sequence ids (config, generation_config and GGUF metadata together).
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Token ids of a prompt as the model sees it (template applied when configured).
+    pub fn tokenize(&self, prompt: &str) -> Result<Vec<u32>, LocalError> {
+        let prompt = if self.options.chat_template {
+            self.apply_chat_template(prompt)
+        } else {
+            prompt.to_string()
+        };
+        self.tokenizer.encode(&prompt)
+    }
+
+    /// Generates one completion per prompt, in order. `sample` is the request's sample
+    /// index: with sampling it seeds the draws together with `params.seed`.
+    pub fn generate_batch(
+        &mut self,
+        prompts: &[&str],
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Result<Vec<Response>, LocalError> {
+        let results = self.generate_ids(prompts, params, sample)?;
+        results
+            .into_iter()
+            .map(|generated| {
+                let mut text = self.tokenizer.decode(&generated.ids)?;
+                let mut finish = generated.finish;
+                if let Some(cut) = params
+                    .stop
+                    .iter()
+                    .filter_map(|s| text.find(s.as_str()))
+                    .min()
+                {
+                    text.truncate(cut);
+                    finish = Finish::Stop;
+                }
+                Ok(Response {
+                    text,
+                    finish_reason: Some(
+                        match finish {
+                            Finish::Stop => "stop",
+                            Finish::Length => "length",
+                        }
+                        .to_string(),
+                    ),
+                    prompt_tokens: Some(generated.prompt_tokens as u32),
+                    completion_tokens: Some(generated.ids.len() as u32),
+                    latency_ms: generated.elapsed_ms,
+                })
+            })
+            .collect()
+    }
+
+    /// Like [`generate_batch`](Self::generate_batch) but returns token ids (parity tests).
+    pub fn generate_ids(
+        &mut self,
+        prompts: &[&str],
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Result<Vec<Generated>, LocalError> {
+        let tokenized = prompts
+            .iter()
+            .map(|p| self.tokenize(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.generate_from_ids(&tokenized, params, sample)
+    }
+
+    /// Generates from prompts given as token ids (exactly as another implementation
+    /// tokenized them, for parity checks).
+    pub fn generate_from_ids(
+        &mut self,
+        prompts: &[Vec<u32>],
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Result<Vec<Generated>, LocalError> {
+        let started = Instant::now();
+        let settings = Settings {
+            max_new_tokens: params.max_tokens as usize,
+            temperature: params.temperature,
+            top_p: params.top_p,
+            seed: sampling_seed(params.seed.unwrap_or(0), sample),
+            eos: self.eos.clone(),
+            max_batch: self.options.max_batch,
+            prefix_reuse: self.options.prefix_reuse,
+        };
+        self.stats.prompts += prompts.len() as u64;
+        if settings.max_new_tokens == 0 {
+            return Ok(prompts
+                .iter()
+                .map(|t| Generated {
+                    prompt_tokens: t.len(),
+                    ids: Vec::new(),
+                    finish: Finish::Length,
+                    elapsed_ms: started.elapsed().as_millis() as u64,
+                })
+                .collect());
+        }
+        let vocab = match &self.network {
+            Network::Decoder(model) => model.embedding_rows(),
+            Network::T5(model) => model.embedding_rows(),
+        };
+        if let Some(&bad) = prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
+            return Err(LocalError::Encode(format!(
+                "token id {bad} is outside the vocabulary ({vocab})"
+            )));
+        }
+        let tokenizer = &self.tokenizer;
+        let stops = &params.stop;
+        let stop_check = |ids: &[u32]| -> bool {
+            !stops.is_empty()
+                && tokenizer
+                    .decode(ids)
+                    .is_ok_and(|text| stops.iter().any(|s| text.contains(s.as_str())))
+        };
+        match &self.network {
+            Network::Decoder(model) => generate::generate_decoder(
+                model,
+                prompts,
+                &settings,
+                &mut self.kept_prefix,
+                &mut self.stats,
+                &stop_check,
+            ),
+            Network::T5(model) => {
+                generate::generate_t5(model, prompts, &settings, &mut self.stats, &stop_check)
+            }
+        }
+    }
+
+    /// Decodes generated ids (special tokens left out).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, LocalError> {
+        self.tokenizer.decode(ids)
+    }
+
+    /// Forgets the shared prefix kept from the previous call.
+    pub fn clear_prefix_cache(&mut self) {
+        self.kept_prefix = None;
+    }
+
+    fn apply_chat_template(&self, prompt: &str) -> String {
+        let has = |token: &str| self.tokenizer.token_id(token).is_some();
+        if has("<|im_start|>") {
+            format!("<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
+        } else if has("<|start_header_id|>") {
+            format!(
+                "<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+            )
+        } else if has("<start_of_turn>") {
+            format!("<start_of_turn>user\n{prompt}<end_of_turn>\n<start_of_turn>model\n")
+        } else if has("<|user|>") && has("<|assistant|>") {
+            format!("<|user|>\n{prompt}<|end|>\n<|assistant|>\n")
+        } else if has("[INST]") {
+            format!("[INST] {prompt} [/INST]")
+        } else {
+            prompt.to_string()
+        }
+    }
+}
+
+/// One seed per (request seed, sample index): each sample draws differently, reruns
+/// draw the same.
+fn sampling_seed(seed: u64, sample: u32) -> u64 {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&seed.to_le_bytes());
+    hasher.update(&sample.to_le_bytes());
+    let bytes = hasher.finalize();
+    u64::from_le_bytes(bytes.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// A tokenizer whose ids run past the embedding matrix, or that is far smaller than it
+/// (embeddings are padded a little, never by a tenth), belongs to another model.
+fn check_tokenizer_matches(
+    tokenizer: &TextTokenizer,
+    embedding_rows: usize,
+    weights: &Path,
+) -> Result<(), LocalError> {
+    let vocab = tokenizer.vocab_size();
+    if vocab > embedding_rows || vocab * 10 < embedding_rows * 9 {
+        return Err(LocalError::TokenizerMismatch {
+            tokenizer: tokenizer.source.clone(),
+            tokenizer_vocab: vocab,
+            weights: weights.to_path_buf(),
+            embedding_rows,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! Schema migrations: plain SQL files in `schema/sqlite/`, embedded, applied in order and
+//! recorded in `schema_migrations`.
+//!
+//! Architecture Invariant: migrations are append-only. A released file is never edited
+//! (its checksum is pinned by a test below); a schema change is a new file.
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+/// One migration: its version (the file's number), name and SQL.
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "0001_init",
+    sql: include_str!("../../schema/sqlite/0001_init.sql"),
+}];
+
+/// The schema version this binary writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+
+const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    checksum   TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+) STRICT";
+
+/// Applies pending migrations in one immediate transaction, so two processes opening a
+/// new cache at once do not both apply them. Returns `Some(version)` without touching
+/// anything when the file's schema is newer than this binary's.
+pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<Option<i64>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(CREATE_LEDGER)?;
+    let found = current_version(&tx)?;
+    if found > SCHEMA_VERSION {
+        return Ok(Some(found));
+    }
+    for migration in MIGRATIONS.iter().filter(|m| m.version > found) {
+        tx.execute_batch(migration.sql)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, checksum, applied_at)
+             VALUES (?1, ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+            (migration.version, migration.name, checksum(migration.sql)),
+        )?;
+    }
+    tx.commit()?;
+    Ok(None)
+}
+
+/// The highest applied version; 0 when the ledger is missing or empty.
+pub(crate) fn current_version(conn: &Connection) -> rusqlite::Result<i64> {
+    let has_ledger: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_ledger {
+        return Ok(0);
+    }
+    conn.query_row("SELECT max(version) FROM schema_migrations", [], |row| {
+        row.get::<_, Option<i64>>(0)
+    })
+    .optional()
+    .map(|v| v.flatten().unwrap_or(0))
+}
+
+/// blake3 of the SQL text, recorded so an edited migration can be told apart later.
+pub(crate) fn checksum(sql: &str) -> String {
+    blake3::hash(sql.as_bytes()).to_hex().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_consecutive_and_match_file_names() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1);
+            assert!(
+                m.name.starts_with(&format!("{:04}_", m.version)),
+                "{}",
+                m.name
+            );
+        }
+    }
+
+    /// Released migrations are never edited: existing caches already ran them. If this
+    /// fails, revert the edit and add a new migration file instead.
+    #[test]
+    fn released_migrations_are_unchanged() {
+        let pinned = ["094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d"];
+        assert_eq!(
+            pinned.len(),
+            MIGRATIONS.len(),
+            "pin the checksum of each new migration here"
+        );
+        for (m, pinned) in MIGRATIONS.iter().zip(pinned) {
+            assert_eq!(
+                checksum(m.sql),
+                pinned,
+                "schema/sqlite/{}.sql was edited",
+                m.name
+            );
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Trial verdicts and cell results: the current outcome of every (model, dataset, test,
+//! serialization, seed) cell, each tagged with the run that decided it.
+
+use rusqlite::Row;
+use serde::Serialize;
+
+use super::error::{AtPath, Result};
+use super::runs::{RunId, serialize_key};
+use super::{Store, enum_column, json_column};
+use crate::llm::RequestKey;
+use crate::probe::{CellResult, Expected, TestId, TrialVerdict};
+
+/// The `source` of cells decided by tabcontam itself (imported results name their own).
+pub const OWN_SOURCE: &str = "tabcontam";
+
+/// How "no serialization" (tests whose prompts contain no rows) is spelled in the tables.
+const NO_SERIALIZATION: &str = "-";
+
+/// One trial's current verdict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrialRow {
+    /// The spec's model id.
+    pub model: String,
+    pub dataset: String,
+    pub test: TestId,
+    /// Template id; `None` for tests whose prompts contain no serialized rows.
+    pub serialization: Option<String>,
+    pub seed: u64,
+    pub trial: u32,
+    #[serde(serialize_with = "serialize_key")]
+    pub request_key: RequestKey,
+    /// What the trial probes, e.g. the feature of tests 5–6.
+    pub note: Option<String>,
+    pub expected: Expected,
+    #[serde(flatten)]
+    pub verdict: TrialVerdict,
+    /// The run that decided it; set by the store, ignored by [`Store::put_trials`].
+    pub run_id: Option<RunId>,
+}
+
+impl TrialRow {
+    fn from_row(row: &Row<'_>) -> rusqlite::Result<TrialRow> {
+        Ok(TrialRow {
+            model: row.get("model")?,
+            dataset: row.get("dataset")?,
+            test: enum_column(row, "test")?,
+            serialization: serialization_from_sql(row.get("serialization")?),
+            seed: row.get::<_, i64>("seed")? as u64,
+            trial: row.get("trial")?,
+            request_key: RequestKey(row.get("request_key")?),
+            note: row.get("note")?,
+            expected: json_column(row, "expected")?,
+            verdict: TrialVerdict {
+                passed: row.get("passed")?,
+                invalid: row.get("invalid")?,
+            },
+            run_id: Some(RunId(row.get("run_id")?)),
+        })
+    }
+}
+
+/// One cell's result: ours (`source` = [`OWN_SOURCE`]) or imported (e.g. the paper's).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellRow {
+    pub source: String,
+    /// The spec's model id.
+    pub model: String,
+    pub dataset: String,
+    pub test: TestId,
+    /// Template id; `None` for tests whose prompts contain no serialized rows.
+    pub serialization: Option<String>,
+    pub seed: u64,
+    #[serde(flatten)]
+    pub result: CellResult,
+    /// Why the cell has no trials (e.g. wine has no categorical feature for tests 5–6).
+    pub skipped: Option<String>,
+    /// The run that decided it (`None` for imported cells); set by the store.
+    pub run_id: Option<RunId>,
+}
+
+impl CellRow {
+    fn from_row(row: &Row<'_>) -> rusqlite::Result<CellRow> {
+        Ok(CellRow {
+            source: row.get("source")?,
+            model: row.get("model")?,
+            dataset: row.get("dataset")?,
+            test: enum_column(row, "test")?,
+            serialization: serialization_from_sql(row.get("serialization")?),
+            seed: row.get::<_, i64>("seed")? as u64,
+            result: CellResult {
+                passed: row.get("passed")?,
+                score: row.get("score")?,
+                trials: row.get::<_, i64>("trials")? as usize,
+                passed_trials: row.get::<_, i64>("passed_trials")? as usize,
+                invalid_trials: row.get::<_, i64>("invalid_trials")? as usize,
+            },
+            skipped: row.get("skipped")?,
+            run_id: row.get::<_, Option<i64>>("run_id")?.map(RunId),
+        })
+    }
+}
+
+fn serialization_to_sql(serialization: &Option<String>) -> &str {
+    serialization.as_deref().unwrap_or(NO_SERIALIZATION)
+}
+
+fn serialization_from_sql(text: String) -> Option<String> {
+    (text != NO_SERIALIZATION).then_some(text)
+}
+
+const TRIAL_COLUMNS: &str = "model, dataset, test, serialization, seed, trial, run_id, request_key, note, expected, passed, invalid";
+const CELL_COLUMNS: &str = "source, model, dataset, test, serialization, seed, run_id, passed, score, trials, \
+     passed_trials, invalid_trials, skipped";
+
+impl Store {
+    /// Stores trial verdicts decided by `run` in one transaction, replacing earlier verdicts
+    /// of the same trials.
+    pub fn put_trials(&mut self, run: RunId, trials: &[TrialRow]) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write()?;
+        {
+            let mut stmt = tx
+                .prepare_cached(&format!(
+                    "INSERT OR REPLACE INTO trials ({TRIAL_COLUMNS})
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                ))
+                .at(&path)?;
+            for t in trials {
+                let expected =
+                    serde_json::to_string(&t.expected).expect("Expected serializes to JSON");
+                stmt.execute(rusqlite::params![
+                    t.model,
+                    t.dataset,
+                    t.test.id(),
+                    serialization_to_sql(&t.serialization),
+                    t.seed as i64,
+                    t.trial,
+                    run.0,
+                    t.request_key.0,
+                    t.note,
+                    expected,
+                    t.verdict.passed,
+                    t.verdict.invalid,
+                ])
+                .at(&path)?;
+            }
+        }
+        tx.commit().at(&path)
+    }
+
+    /// Stores cell results decided by `run` in one transaction, replacing earlier results
+    /// of the same cells.
+    pub fn put_cells(&mut self, run: RunId, cells: &[CellRow]) -> Result<()> {
+        self.write_cells(Some(run), cells)
+    }
+
+    /// Stores published results (e.g. the paper's per-cell CSVs) beside our own; each row's
+    /// `source` names where it comes from.
+    pub fn import_cells(&mut self, cells: &[CellRow]) -> Result<()> {
+        self.write_cells(None, cells)
+    }
+
+    fn write_cells(&mut self, run: Option<RunId>, cells: &[CellRow]) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write()?;
+        {
+            let mut stmt = tx
+                .prepare_cached(&format!(
+                    "INSERT OR REPLACE INTO cells ({CELL_COLUMNS})
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                ))
+                .at(&path)?;
+            for c in cells {
+                stmt.execute(rusqlite::params![
+                    c.source,
+                    c.model,
+                    c.dataset,
+                    c.test.id(),
+                    serialization_to_sql(&c.serialization),
+                    c.seed as i64,
+                    run.map(|r| r.0),
+                    c.result.passed,
+                    c.result.score,
+                    c.result.trials as i64,
+                    c.result.passed_trials as i64,
+                    c.result.invalid_trials as i64,
+                    c.skipped,
+                ])
+                .at(&path)?;
+            }
+        }
+        tx.commit().at(&path)
+    }
+
+    /// Every trial verdict, in primary-key order.
+    pub fn trials(&self) -> Result<Vec<TrialRow>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {TRIAL_COLUMNS} FROM trials"))
+            .at(&self.path)?;
+        let rows = stmt.query_map([], TrialRow::from_row).at(&self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(&self.path)
+    }
+
+    /// Every cell result, ours and imported, in primary-key order.
+    pub fn cells(&self) -> Result<Vec<CellRow>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {CELL_COLUMNS} FROM cells"))
+            .at(&self.path)?;
+        let rows = stmt.query_map([], CellRow::from_row).at(&self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(&self.path)
+    }
+}

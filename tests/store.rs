@@ -1,0 +1,1008 @@
+//! The SQLite store on real files: cache round trips, migrations, refusing files that are
+//! not caches, read-only use, concurrent writers (threads and processes), durability,
+//! bulk lookup speed, and that secrets never reach the file.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tabcontam::decide::{Alg2Scope, Cell, Word};
+use tabcontam::llm::{
+    ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, RequestKey, Response,
+};
+use tabcontam::probe::{CellResult, Expected, TestId, TrialVerdict};
+use tabcontam::store::{
+    CellRow, DatasetRow, ModelRow, OWN_SOURCE, RunCounts, RunStatus, SCHEMA_VERSION, Store,
+    StoreError, TrialRow,
+};
+
+fn identity(model: &str) -> ModelIdentity {
+    ModelIdentity {
+        backend: BackendKind::OpenaiCompatible,
+        model: model.into(),
+        revision: "2024-08-06".into(),
+    }
+}
+
+/// A request shaped like a memorization prompt (a few hundred bytes of rows).
+fn request(model: &str, i: usize) -> Request {
+    Request {
+        model: identity(model),
+        api: ApiMode::Completions,
+        prompt: format!(
+            "adult income, rows 1 to 4:\nThe age is {i}, The workclass is Private, The fnlwgt is 77516, \
+             The education is Bachelors\nThe age is 50, The workclass is Self-emp-not-inc, The fnlwgt is 83311\n\
+             Complete the next row:\nThe age is 38, The workclass is"
+        ),
+        params: GenerationParams {
+            max_tokens: 256,
+            temperature: 0.0,
+            top_p: None,
+            seed: Some(0),
+            stop: vec![],
+        },
+        sample: 0,
+    }
+}
+
+fn response(i: usize) -> Response {
+    Response {
+        text: format!(" Private, The fnlwgt is {i}, The education is HS-grad"),
+        finish_reason: Some("stop".into()),
+        prompt_tokens: Some(120),
+        completion_tokens: Some(17),
+        latency_ms: 350,
+    }
+}
+
+fn cache_path(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("cache").join("tabcontam.sqlite")
+}
+
+/// Reads a number straight from the file, bypassing the store (tests may; `src` may not).
+fn count(path: &Path, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn a_response_round_trips_with_its_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(cache_path(&dir)).unwrap();
+    let mut req = request("gpt-4o", 1);
+    req.api = ApiMode::Chat;
+    req.params.top_p = Some(0.9);
+    req.params.temperature = 0.7;
+    req.params.stop = vec!["\n".into()];
+    req.sample = 3;
+    let resp = Response {
+        finish_reason: None,
+        prompt_tokens: None,
+        ..response(1)
+    };
+
+    assert!(store.put_response(&req, &resp).unwrap());
+
+    let key = req.key();
+    let stored = store.request(&key).unwrap().expect("request stored");
+    assert_eq!(stored, req);
+    assert_eq!(stored.key(), key, "the stored fields reproduce the key");
+    assert_eq!(store.responses(&[key]).unwrap().get(&key), Some(&resp));
+    assert!(
+        store
+            .cached_keys(&[key, request("gpt-4o", 2).key()])
+            .unwrap()
+            == [key].into()
+    );
+}
+
+#[test]
+fn the_same_request_is_stored_once_and_prompts_are_shared_across_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let mut store = Store::open(&path).unwrap();
+    assert!(store.put_response(&request("a", 1), &response(1)).unwrap());
+    assert!(
+        !store.put_response(&request("a", 1), &response(2)).unwrap(),
+        "second put is a no-op"
+    );
+    assert!(store.put_response(&request("b", 1), &response(3)).unwrap());
+    let stored = store.responses(&[request("a", 1).key()]).unwrap();
+    assert_eq!(
+        stored[&request("a", 1).key()],
+        response(1),
+        "the first response stays"
+    );
+
+    let status = store.status().unwrap();
+    assert_eq!(status.responses, 2);
+    assert_eq!(status.prompts, 1, "one prompt text for both models");
+    assert_eq!(count(&path, "SELECT count(*) FROM requests"), 2);
+}
+
+#[test]
+fn put_responses_stores_a_batch_and_counts_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(cache_path(&dir)).unwrap();
+    store.put_response(&request("m", 0), &response(0)).unwrap();
+    let items: Vec<(Request, Response)> =
+        (0..100).map(|i| (request("m", i), response(i))).collect();
+    assert_eq!(
+        store
+            .put_responses(items.iter().map(|(q, r)| (q, r)))
+            .unwrap(),
+        99
+    );
+    let keys: Vec<RequestKey> = items.iter().map(|(q, _)| q.key()).collect();
+    assert_eq!(store.cached_keys(&keys).unwrap().len(), 100);
+    assert_eq!(store.responses(&keys).unwrap().len(), 100);
+}
+
+#[test]
+fn migrations_apply_once_and_record_the_schema_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    {
+        let mut store = Store::open(&path).unwrap();
+        store.put_response(&request("m", 1), &response(1)).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+    for _ in 0..3 {
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(
+            store.status().unwrap().responses,
+            1,
+            "reopening keeps the data"
+        );
+    }
+    assert_eq!(
+        count(&path, "SELECT count(*) FROM schema_migrations"),
+        SCHEMA_VERSION
+    );
+    assert_eq!(
+        count(&path, "SELECT max(version) FROM schema_migrations"),
+        SCHEMA_VERSION
+    );
+    assert_eq!(
+        count(
+            &path,
+            "SELECT count(*) FROM schema_migrations WHERE length(checksum) = 64"
+        ),
+        SCHEMA_VERSION
+    );
+    let journal: String = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(journal, "wal");
+}
+
+#[test]
+fn a_cache_from_a_newer_tabcontam_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    drop(Store::open(&path).unwrap());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (999, '0999_future', '', '')",
+            [],
+        )
+        .unwrap();
+    for err in [
+        Store::open(&path).unwrap_err(),
+        Store::open_read_only(&path).unwrap_err(),
+    ] {
+        assert!(
+            matches!(err, StoreError::NewerSchema { found: 999, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("newer tabcontam"), "{err}");
+    }
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.sqlite");
+    let bytes = b"model,answer\ngpt-4o,yes\n".repeat(300);
+    std::fs::write(&path, &bytes).unwrap();
+
+    for err in [
+        Store::open(&path).unwrap_err(),
+        Store::open_read_only(&path).unwrap_err(),
+    ] {
+        let message = err.to_string();
+        assert!(
+            message.contains("x.sqlite is not a tabcontam cache (not an SQLite database)"),
+            "{message}"
+        );
+        assert!(
+            message.contains("pass another --cache or move it away"),
+            "{message}"
+        );
+        assert!(!message.contains('\n'), "one line: {message}");
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "file unchanged");
+    let siblings: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        siblings.len(),
+        1,
+        "no -wal/-shm files left behind: {siblings:?}"
+    );
+}
+
+#[test]
+fn another_programs_sqlite_database_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("places.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE bookmarks (url TEXT); INSERT INTO bookmarks VALUES ('https://example.org');")
+            .unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let err = Store::open(&path).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is not a tabcontam cache (an SQLite database of another program)"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[test]
+fn an_empty_file_becomes_a_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.sqlite");
+    std::fs::write(&path, b"").unwrap();
+    let store = Store::open_read_only(&path).unwrap();
+    assert_eq!(store.status().unwrap().responses, 0);
+    let mut store = Store::open(&path).unwrap();
+    store.put_response(&request("m", 1), &response(1)).unwrap();
+}
+
+#[test]
+fn a_corrupt_cache_is_reported_as_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    {
+        let mut store = Store::open(&path).unwrap();
+        let items: Vec<(Request, Response)> =
+            (0..200).map(|i| (request("m", i), response(i))).collect();
+        store
+            .put_responses(items.iter().map(|(q, r)| (q, r)))
+            .unwrap();
+    }
+    // Close cleanly (checkpointing the WAL into the file), then overwrite everything after
+    // the 100-byte header: the schema page and all table pages become garbage.
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 8192);
+    for (i, b) in bytes.iter_mut().enumerate().skip(100) {
+        *b = (i % 251) as u8;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Store::open(&path).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{message}");
+    assert!(
+        message.contains("is corrupt") && message.contains("move it away"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_read_only_cache_file_is_refused_for_writing_and_still_readable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    {
+        let mut store = Store::open(&path).unwrap();
+        store.put_response(&request("m", 1), &response(1)).unwrap();
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+
+    // Decided from the permission bits, so it holds when the tests run as root too.
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::ReadOnly { .. }), "{err}");
+    assert!(
+        err.to_string().contains("tabcontam.sqlite is read-only;"),
+        "{err}"
+    );
+
+    let mut store = Store::open_read_only(&path).unwrap();
+    assert!(store.is_read_only());
+    assert_eq!(
+        store.cached_keys(&[request("m", 1).key()]).unwrap().len(),
+        1
+    );
+    let err = store
+        .put_response(&request("m", 2), &response(2))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::OpenedReadOnly { .. }), "{err}");
+    drop(store);
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[test]
+fn opening_read_only_a_missing_cache_reads_empty_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let mut store = Store::open_read_only(&path).unwrap();
+    let status = store.status().unwrap();
+    assert_eq!(
+        (status.responses, status.file_bytes, status.schema_version),
+        (0, 0, SCHEMA_VERSION)
+    );
+    assert!(
+        store
+            .cached_keys(&[request("m", 1).key()])
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.trials().unwrap().is_empty());
+    assert!(store.begin_run("demo", "").is_err(), "writes are refused");
+    assert!(
+        !path.exists() && !path.parent().unwrap().exists(),
+        "nothing created"
+    );
+}
+
+#[test]
+fn a_cache_folder_that_cannot_be_created_is_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("not-a-folder");
+    std::fs::write(&blocker, b"x").unwrap();
+    let err = Store::open(blocker.join("cache.sqlite")).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, StoreError::CreateDir { .. }), "{message}");
+    assert!(
+        message.contains("cannot create the cache folder") && message.contains("not-a-folder"),
+        "{message}"
+    );
+
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is not a tabcontam cache (a folder)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_store_can_move_to_a_writer_thread() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Store>();
+}
+
+/// Several processes starting on a new cache at once: one applies the migrations, the
+/// others wait for it and find them applied.
+#[test]
+fn concurrent_first_opens_migrate_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let openers: Vec<_> = (0..4)
+        .map(|i| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = Store::open(&path).unwrap();
+                store.put_response(&request("m", i), &response(i)).unwrap();
+            })
+        })
+        .collect();
+    for opener in openers {
+        opener.join().unwrap();
+    }
+    assert_eq!(
+        count(&path, "SELECT count(*) FROM schema_migrations"),
+        SCHEMA_VERSION
+    );
+    assert_eq!(count(&path, "SELECT count(*) FROM responses"), 4);
+}
+
+#[test]
+fn a_response_is_durable_as_soon_as_put_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let mut writer = Store::open(&path).unwrap();
+    let reader = Store::open(&path).unwrap();
+    for i in 0..20 {
+        writer.put_response(&request("m", i), &response(i)).unwrap();
+        // Another connection sees it at once: it is committed, not buffered.
+        assert!(
+            reader
+                .cached_keys(&[request("m", i).key()])
+                .unwrap()
+                .contains(&request("m", i).key())
+        );
+    }
+    // A process that dies without closing loses nothing either.
+    std::mem::forget(writer);
+    assert_eq!(
+        Store::open_read_only(&path)
+            .unwrap()
+            .status()
+            .unwrap()
+            .responses,
+        20
+    );
+}
+
+/// Two stores (two connections, as two processes would have) write 2,000 responses each,
+/// interleaved with reads; nothing fails with SQLITE_BUSY and nothing is lost.
+#[test]
+fn two_writers_on_one_file_both_finish_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    drop(Store::open(&path).unwrap());
+    let writers: Vec<_> = ["alpha", "beta"]
+        .into_iter()
+        .map(|model| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = Store::open(&path).unwrap();
+                for i in 0..2_000 {
+                    store
+                        .put_response(&request(model, i), &response(i))
+                        .unwrap();
+                    // Shared keys too: both writers insert these, the first one wins.
+                    if i % 10 == 0 {
+                        store
+                            .put_response(&request("shared", i), &response(i))
+                            .unwrap();
+                    }
+                    if i % 50 == 0 {
+                        let keys: Vec<_> = (0..=i).map(|j| request(model, j).key()).collect();
+                        assert_eq!(store.cached_keys(&keys).unwrap().len(), i + 1);
+                        store.status().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.status().unwrap().responses, 4_200);
+}
+
+/// Why every write is `BEGIN IMMEDIATE`: a deferred transaction that read a snapshot and
+/// then tries to write after another connection committed fails at once with SQLITE_BUSY,
+/// whatever the busy timeout. The store's writes take the lock first and wait instead.
+#[test]
+fn writes_wait_for_the_lock_instead_of_failing_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let mut store = Store::open(&path).unwrap();
+    store.put_response(&request("m", 0), &response(0)).unwrap();
+
+    // The hazard, with a plain connection.
+    let mut other = rusqlite::Connection::open(&path).unwrap();
+    other.busy_timeout(Duration::from_secs(5)).unwrap();
+    let tx = other
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Deferred)
+        .unwrap();
+    let _: i64 = tx
+        .query_row("SELECT count(*) FROM responses", [], |r| r.get(0))
+        .unwrap();
+    store.put_response(&request("m", 1), &response(1)).unwrap();
+    let started = Instant::now();
+    let err = tx
+        .execute("INSERT INTO datasets VALUES ('x', 'x', NULL, 'x', 'x')", [])
+        .unwrap_err();
+    assert_eq!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "failed without waiting"
+    );
+    drop(tx);
+
+    // The store waits: another connection holds the write lock for 300 ms.
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let holder = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let mut conn = rusqlite::Connection::open(&path).unwrap();
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .unwrap();
+            tx.execute("INSERT INTO datasets VALUES ('y', 'y', NULL, 'y', 'y')", [])
+                .unwrap();
+            locked_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            tx.commit().unwrap();
+        })
+    };
+    locked_rx.recv().unwrap();
+    let started = Instant::now();
+    // Reads first, then writes, all inside one transaction.
+    store.put_response(&request("m", 2), &response(2)).unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "it waited for the lock"
+    );
+    let run = store.begin_run("demo", "").unwrap();
+    store
+        .finish_run(run, RunStatus::Finished, &RunCounts::default())
+        .unwrap();
+    holder.join().unwrap();
+    assert_eq!(store.status().unwrap().responses, 3);
+}
+
+/// A writer process for `two_processes_write_one_cache` (does nothing when run alone).
+#[test]
+#[ignore = "helper: run by two_processes_write_one_cache"]
+fn helper_process_writer() {
+    let (Ok(path), Ok(model)) = (
+        std::env::var("TABCONTAM_TEST_CACHE"),
+        std::env::var("TABCONTAM_TEST_MODEL"),
+    ) else {
+        return;
+    };
+    let mut store = Store::open(&path).unwrap();
+    let run = store.begin_run(&model, "").unwrap();
+    for i in 0..1_000 {
+        store
+            .put_response(&request(&model, i), &response(i))
+            .unwrap();
+        store
+            .put_response(&request("shared", i), &response(i))
+            .unwrap();
+    }
+    store
+        .finish_run(
+            run,
+            RunStatus::Finished,
+            &RunCounts {
+                sent: 1_000,
+                ..RunCounts::default()
+            },
+        )
+        .unwrap();
+}
+
+/// Two real processes on one cache file (this test binary, running the helper above).
+#[test]
+fn two_processes_write_one_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let children: Vec<_> = ["proc-a", "proc-b"]
+        .into_iter()
+        .map(|model| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "helper_process_writer",
+                    "--ignored",
+                    "--test-threads=1",
+                ])
+                .env("TABCONTAM_TEST_CACHE", &path)
+                .env("TABCONTAM_TEST_MODEL", model)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "child failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the helper ran"
+        );
+    }
+    let store = Store::open_read_only(&path).unwrap();
+    let status = store.status().unwrap();
+    assert_eq!(status.responses, 3_000);
+    assert_eq!(status.runs, 2);
+    assert!(
+        status
+            .last_runs
+            .iter()
+            .all(|r| r.status == RunStatus::Finished && r.counts.sent == 1_000)
+    );
+}
+
+#[test]
+fn models_datasets_runs_and_failures_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(cache_path(&dir)).unwrap();
+    let mut gpt = ModelRow {
+        id: "gpt-4o".into(),
+        label: "GPT-4o".into(),
+        family: Some("gpt".into()),
+        identity: identity("gpt-4o"),
+        release_date: Some("2024-08-06".into()),
+        training_cutoff: Some("2023-10".into()),
+        updated_at: None,
+    };
+    store.upsert_model(&gpt).unwrap();
+    gpt.label = "GPT-4o (Aug)".into();
+    store.upsert_model(&gpt).unwrap();
+    let models = store.models().unwrap();
+    assert_eq!(models.len(), 1);
+    assert_eq!(models[0].label, "GPT-4o (Aug)");
+    assert_eq!(models[0].identity, gpt.identity);
+    assert!(models[0].updated_at.is_some());
+
+    let iris = DatasetRow {
+        id: "iris".into(),
+        name: "iris".into(),
+        variant: None,
+        checksum: "blake3:abc".into(),
+        updated_at: None,
+    };
+    store.upsert_dataset(&iris).unwrap();
+    store.upsert_dataset(&iris).unwrap();
+    assert_eq!(store.datasets().unwrap()[0].checksum, "blake3:abc");
+
+    let spec = "[experiment]\nname = \"demo\"\n";
+    let run = store.begin_run("demo", spec).unwrap();
+    assert_eq!(store.run_spec(run).unwrap().as_deref(), Some(spec));
+    assert_eq!(store.runs().unwrap()[0].status, RunStatus::Running);
+    store
+        .record_failure(
+            run,
+            &request("gpt-4o", 7),
+            "gpt-4o",
+            "http-500",
+            "server error",
+            3,
+        )
+        .unwrap();
+    store
+        .record_failure(
+            run,
+            &request("gpt-4o", 8),
+            "gpt-4o",
+            "timeout",
+            &"x".repeat(10_000),
+            5,
+        )
+        .unwrap();
+    store
+        .put_response(&request("gpt-4o", 1), &response(1))
+        .unwrap();
+    let counts = RunCounts {
+        requests: 3,
+        cached: 0,
+        sent: 1,
+        failed: 2,
+        prompt_tokens: 120,
+        completion_tokens: 17,
+    };
+    store
+        .finish_run(run, RunStatus::Interrupted, &counts)
+        .unwrap();
+
+    let runs = store.runs().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        (runs[0].status, runs[0].counts),
+        (RunStatus::Interrupted, counts)
+    );
+    assert!(runs[0].finished_at.is_some());
+    let failures = store.failures(Some(run)).unwrap();
+    assert_eq!(failures.len(), 2);
+    assert_eq!(failures[0].request_key, request("gpt-4o", 7).key());
+    assert_eq!(
+        (failures[0].kind.as_str(), failures[0].attempts),
+        ("http-500", 3)
+    );
+    assert!(
+        failures[1].message.chars().count() <= 2_001,
+        "long messages are cut"
+    );
+    // The failed request is kept for inspection, but it is not a cache hit.
+    assert_eq!(
+        store.request(&request("gpt-4o", 7).key()).unwrap(),
+        Some(request("gpt-4o", 7))
+    );
+    assert!(
+        store
+            .cached_keys(&[request("gpt-4o", 7).key()])
+            .unwrap()
+            .is_empty()
+    );
+
+    let status = store.status().unwrap();
+    assert_eq!(
+        (
+            status.responses,
+            status.models,
+            status.runs,
+            status.failures
+        ),
+        (1, 1, 1, 2)
+    );
+    assert_eq!(status.per_model.len(), 1);
+    let usage = &status.per_model[0];
+    assert_eq!(usage.model_ids, vec!["gpt-4o".to_string()]);
+    assert_eq!(
+        (
+            usage.responses,
+            usage.prompt_tokens,
+            usage.completion_tokens
+        ),
+        (1, 120, 17)
+    );
+    assert_eq!(status.recent_failures[0].kind, "timeout", "newest first");
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["last_runs"][0]["counts"]["failed"], 2);
+    assert_eq!(
+        json["recent_failures"][1]["request_key"],
+        request("gpt-4o", 7).key().to_hex()
+    );
+}
+
+fn trial(test: TestId, serialization: Option<&str>, index: u32, passed: bool) -> TrialRow {
+    TrialRow {
+        model: "gpt-4o".into(),
+        dataset: "adult".into(),
+        test,
+        serialization: serialization.map(str::to_string),
+        seed: u64::MAX - 1,
+        trial: index,
+        request_key: request("gpt-4o", index as usize).key(),
+        note: Some("workclass".into()),
+        expected: Expected::Row {
+            fields: vec![
+                ("age".into(), Cell::Int(38)),
+                ("fnlwgt".into(), Cell::Float(215646.5)),
+            ],
+            scope: Alg2Scope::FirstLine,
+        },
+        verdict: TrialVerdict {
+            passed,
+            invalid: false,
+        },
+        run_id: None,
+    }
+}
+
+#[test]
+fn trials_and_cells_round_trip_and_later_runs_replace_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(cache_path(&dir)).unwrap();
+    let first = store.begin_run("demo", "").unwrap();
+    let mut words = trial(TestId::FeatureListUninformed, None, 0, true);
+    words.expected = Expected::Words {
+        words: vec![Word::Text("age".into()), Word::Missing, Word::Bool(true)],
+    };
+    let trials = vec![
+        trial(TestId::IncompleteCompletion, Some("the-is"), 0, false),
+        trial(TestId::IncompleteCompletion, Some("the-is"), 1, true),
+        words,
+    ];
+    store.put_trials(first, &trials).unwrap();
+    let second = store.begin_run("demo", "").unwrap();
+    let mut changed = trials[0].clone();
+    changed.verdict.passed = true;
+    store
+        .put_trials(second, std::slice::from_ref(&changed))
+        .unwrap();
+
+    let stored = store.trials().unwrap();
+    assert_eq!(stored.len(), 3, "replaced, not duplicated");
+    let find = |t: &TrialRow| {
+        stored
+            .iter()
+            .find(|s| s.test == t.test && s.trial == t.trial)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        find(&changed),
+        TrialRow {
+            run_id: Some(second),
+            ..changed.clone()
+        }
+    );
+    assert_eq!(
+        find(&trials[1]),
+        TrialRow {
+            run_id: Some(first),
+            ..trials[1].clone()
+        }
+    );
+    assert_eq!(
+        find(&trials[2]),
+        TrialRow {
+            run_id: Some(first),
+            ..trials[2].clone()
+        },
+        "None serialization"
+    );
+
+    let cell = CellRow {
+        source: OWN_SOURCE.into(),
+        model: "gpt-4o".into(),
+        dataset: "wine".into(),
+        test: TestId::Classify0Shot,
+        serialization: Some("the-is".into()),
+        seed: 0,
+        result: CellResult {
+            passed: false,
+            score: 0.71,
+            trials: 100,
+            passed_trials: 71,
+            invalid_trials: 4,
+        },
+        skipped: None,
+        run_id: None,
+    };
+    let skipped = CellRow {
+        test: TestId::FeatureValuesUninformed,
+        serialization: None,
+        result: CellResult {
+            passed: false,
+            score: 0.0,
+            trials: 0,
+            passed_trials: 0,
+            invalid_trials: 0,
+        },
+        skipped: Some("wine has no categorical feature".into()),
+        ..cell.clone()
+    };
+    store
+        .put_cells(first, &[cell.clone(), skipped.clone()])
+        .unwrap();
+    store
+        .put_cells(second, std::slice::from_ref(&cell))
+        .unwrap();
+    let paper = CellRow {
+        source: "paper".into(),
+        result: CellResult {
+            score: 0.66,
+            ..cell.result
+        },
+        ..cell.clone()
+    };
+    store.import_cells(std::slice::from_ref(&paper)).unwrap();
+
+    let cells = store.cells().unwrap();
+    assert_eq!(cells.len(), 3);
+    assert!(cells.contains(&CellRow {
+        run_id: Some(second),
+        ..cell.clone()
+    }));
+    assert!(cells.contains(&CellRow {
+        run_id: Some(first),
+        ..skipped
+    }));
+    assert!(
+        cells.contains(&paper),
+        "imported cells sit beside ours, without a run"
+    );
+}
+
+/// The store has no field for API keys; this guards that no code path smuggles one in
+/// (e.g. a request or error serialized with its client).
+#[test]
+fn secrets_never_reach_the_cache_file() {
+    const FAKE_KEY: &str = "sk-test-0123456789abcdefFAKEKEY";
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let mut store = Store::open(&path).unwrap();
+    let run = store
+        .begin_run("demo", "[models.gpt]\nbackend = \"openai-compatible\"\n")
+        .unwrap();
+    for i in 0..50 {
+        let req = request("gpt-4o", i);
+        assert!(!req.prompt.contains(FAKE_KEY));
+        store.put_response(&req, &response(i)).unwrap();
+    }
+    store
+        .record_failure(
+            run,
+            &request("gpt-4o", 99),
+            "gpt",
+            "http-401",
+            "unauthorized",
+            1,
+        )
+        .unwrap();
+    store
+        .finish_run(run, RunStatus::Failed, &RunCounts::default())
+        .unwrap();
+    drop(store);
+
+    let mut haystack = Vec::new();
+    for entry in std::fs::read_dir(path.parent().unwrap()).unwrap() {
+        haystack.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    assert!(
+        haystack.windows(11).any(|w| w == b"The age is "),
+        "the search does see stored text"
+    );
+    assert!(
+        !haystack
+            .windows(FAKE_KEY.len())
+            .any(|w| w == FAKE_KEY.as_bytes()),
+        "the key leaked into the cache"
+    );
+}
+
+/// Sizes the paper's full spec (≈150k–500k keys) needs; prints timings, asserts only
+/// generous bounds (debug builds, shared CI machines).
+#[test]
+fn bulk_lookups_of_200k_keys_are_fast() {
+    const N: usize = 200_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let mut store = Store::open(&path).unwrap();
+
+    // 16 models share the prompts, as in the paper's spec.
+    let models: Vec<String> = (0..16).map(|m| format!("model-{m}")).collect();
+    let items: Vec<(Request, Response)> = (0..N)
+        .map(|i| (request(&models[i % 16], i / 16), response(i)))
+        .collect();
+    let started = Instant::now();
+    store
+        .put_responses(items.iter().map(|(q, r)| (q, r)))
+        .unwrap();
+    let seeded = started.elapsed();
+
+    let started = Instant::now();
+    const SINGLE: usize = 2_000;
+    for i in 0..SINGLE {
+        store
+            .put_response(&request("single", i), &response(i))
+            .unwrap();
+    }
+    let single = started.elapsed();
+
+    // Half cached, half not.
+    let mut keys: Vec<RequestKey> = items.iter().step_by(2).map(|(q, _)| q.key()).collect();
+    keys.extend((0..N / 2).map(|i| request("missing", i).key()));
+    let started = Instant::now();
+    let cached = store.cached_keys(&keys).unwrap();
+    let lookup = started.elapsed();
+    assert_eq!(cached.len(), N / 2);
+
+    let started = Instant::now();
+    let responses = store.responses(&keys).unwrap();
+    let fetch = started.elapsed();
+    assert_eq!(responses.len(), N / 2);
+
+    let few: Vec<RequestKey> = keys.iter().step_by(100).copied().collect();
+    let started = Instant::now();
+    assert_eq!(store.cached_keys(&few).unwrap().len(), few.len() / 2);
+    let probe = started.elapsed();
+
+    let status_started = Instant::now();
+    let status = store.status().unwrap();
+    let status_time = status_started.elapsed();
+    eprintln!(
+        "store bench: seeded {N} responses in {seeded:?} (one transaction); {SINGLE} put_response \
+         (one commit each) in {single:?} = {:.0}/s; cached_keys of {} keys in {lookup:?}; responses of {} keys \
+         in {fetch:?}; cached_keys of {} keys (probing) in {probe:?}; status in {status_time:?}; \
+         file {:.1} MB ({} prompts for {} responses)",
+        SINGLE as f64 / single.as_secs_f64(),
+        keys.len(),
+        keys.len(),
+        few.len(),
+        status.file_bytes as f64 / 1e6,
+        status.prompts,
+        status.responses,
+    );
+    assert!(
+        lookup < Duration::from_secs(5),
+        "cached_keys took {lookup:?}"
+    );
+}
