@@ -7,7 +7,7 @@
 //! 2. prompt tokens run through the model with and without prefix reuse.
 //!
 //! `cargo bench --bench local` (env: `TABCONTAM_TEST_ASSETS`, `BENCH_PROMPTS` (16),
-//! `BENCH_MAX_TOKENS` (32)).
+//! `BENCH_MAX_TOKENS` (32), `BENCH_BATCH` (16)).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -169,6 +169,7 @@ fn main() {
     }
     let count = env_number("BENCH_PROMPTS", 16);
     let max_new = env_number("BENCH_MAX_TOKENS", 32);
+    let batch = env_number("BENCH_BATCH", 16);
     let prompts = membership_prompts(count);
     let refs: Vec<&str> = prompts.iter().map(String::as_str).collect();
     let params = GenerationParams {
@@ -193,14 +194,14 @@ fn main() {
     );
 
     // Prefix reuse off vs on, same batches.
-    model.set_batching(8, false);
+    model.set_batching(batch, false);
     model.reset_stats();
     let started = Instant::now();
     let without = model.generate_batch(&refs, &params, 0).expect("generate");
     let seconds_without = started.elapsed().as_secs_f64();
     let stats_without = model.stats();
 
-    model.set_batching(8, true);
+    model.set_batching(batch, true);
     model.clear_prefix_cache();
     model.reset_stats();
     let started = Instant::now();
@@ -214,10 +215,10 @@ fn main() {
         .count();
 
     println!();
-    println!("prefix reuse           prompt tokens run   generated   seconds   tokens/s");
+    println!("prefix reuse (batch {batch})  prompt tokens run   generated   seconds   tokens/s");
     for (name, stats, seconds) in [
-        ("off (batch 8)", stats_without, seconds_without),
-        ("on  (batch 8)", stats_with, seconds_with),
+        ("off", stats_without, seconds_without),
+        ("on", stats_with, seconds_with),
     ] {
         println!(
             "{name:<22} {:>17}   {:>9}   {:>7.2}   {:>8.1}",
@@ -251,14 +252,14 @@ fn main() {
 
     let ours = stats_with.tokens_generated as f64 / seconds_with;
     println!();
-    println!("tabcontam (batch 8, prefix reuse): {ours:.1} tokens/s");
-    for batch in [1, 8] {
-        match transformers_tokens_per_second(&gguf, &prompts, max_new, batch) {
+    println!("tabcontam (batch {batch}, prefix reuse): {ours:.1} tokens/s");
+    for their_batch in [1, 8, batch] {
+        match transformers_tokens_per_second(&gguf, &prompts, max_new, their_batch) {
             Ok(theirs) => println!(
-                "transformers (f32, batch {batch}): {theirs:.1} tokens/s -> tabcontam is {:.2}x faster",
+                "transformers (f32, batch {their_batch}): {theirs:.1} tokens/s -> tabcontam is {:.2}x faster",
                 ours / theirs
             ),
-            Err(why) => println!("transformers (batch {batch}): not measured: {why}"),
+            Err(why) => println!("transformers (batch {their_batch}): not measured: {why}"),
         }
     }
 }

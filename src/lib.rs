@@ -4,11 +4,13 @@
 //! 0/1-shot classification, four serialization templates and two decision algorithms.
 //! See `ARCHITECTURE.md` for the code map and the invariants each module keeps.
 
+pub mod analyze;
 pub mod cli;
 pub mod commands;
 pub mod dataset;
 pub mod decide;
 pub mod llm;
 pub mod probe;
+pub mod report;
 pub mod store;
 pub mod run;

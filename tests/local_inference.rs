@@ -215,8 +215,8 @@ fn smollm2_gguf_matches_transformers() {
     assert!(parity.failures.is_empty(), "{}", parity.failures.join("\n"));
 
     // Kept quantized (Q4_1 weights × Q8_1 activations, as llama.cpp computes), outputs may
-    // drift from the f32 reference after a few tokens: the first 4 tokens must agree for
-    // at least 4 of 5 prompts.
+    // leave the f32 reference at a near tie: they must agree up to our first step whose
+    // two best logits are closer than QUANTIZED_GAP_TOLERANCE.
     let options = LocalOptions {
         dequantize: Some(false),
         ..LocalOptions::default()
@@ -227,21 +227,21 @@ fn smollm2_gguf_matches_transformers() {
     let outputs = quantized
         .generate_from_ids(&prompts, &greedy(12), 0)
         .unwrap();
-    let agreeing = cases
-        .iter()
-        .zip(&outputs)
-        .filter(|(case, output)| {
-            let expected = ids(&case["output_ids"]);
-            output.ids.iter().take(4).eq(expected.iter().take(4))
-        })
-        .count();
+    let mut identical = 0;
+    for (case, output) in cases.iter().zip(&outputs) {
+        let expected = ids(&case["output_ids"]);
+        let compare =
+            until_near_tie(&output.logit_gaps, QUANTIZED_GAP_TOLERANCE).min(expected.len());
+        assert!(
+            output.ids.len() >= compare && output.ids[..compare] == expected[..compare],
+            "Q4_1 {:?} vs transformers f32 {expected:?} (compared {compare}, gaps {:?})",
+            output.ids,
+            output.logit_gaps
+        );
+        identical += usize::from(output.ids == expected);
+    }
     eprintln!(
-        "smollm2 Q4_1: first 4 tokens agree for {agreeing}/{} prompts",
-        cases.len()
-    );
-    assert!(
-        agreeing * 5 >= cases.len() * 4,
-        "only {agreeing}/{} prompts agree",
+        "smollm2 Q4_1: {identical}/{} prompts identical to transformers f32",
         cases.len()
     );
 }
@@ -335,10 +335,10 @@ async fn start_llama_server(binary: &Path, model: &Path, log: &Path) -> LlamaSer
     }
 }
 
-/// Same ids as llama.cpp for tokenization, and greedy output on the quantized weights:
-/// our Q4_1 path computes as llama.cpp's CPU backend does (weights × Q8_1 activations), so
-/// outputs may differ only after a near tie; the first 8 tokens must agree for at least 5
-/// of 6 prompts (in practice all 6 and all 16 tokens, see the printed counts).
+/// Same ids as llama.cpp for tokenization, and the same greedy output on the quantized
+/// weights up to the first near tie: our Q4_1 path multiplies the weights with Q8_1
+/// activations like llama.cpp's CPU backend, but llama.cpp keeps its KV cache in f16 and
+/// runs the tied output layer on Q8_0 weights, which moves logits by a few hundredths.
 #[tokio::test(flavor = "multi_thread")]
 async fn smollm2_gguf_matches_llama_cpp() {
     let Some(gguf) = smollm2_path() else { return };
@@ -384,8 +384,8 @@ async fn smollm2_gguf_matches_llama_cpp() {
     let ours = model
         .generate_from_ids(&prompts, &greedy(NEW_TOKENS), 0)
         .unwrap();
-    let mut agreeing = 0;
     let mut identical = 0;
+    let mut failures = Vec::new();
     for (prompt, ours) in prompts.iter().zip(&ours) {
         let answer: Value = http
             .post(format!("{base}/completion"))
@@ -401,23 +401,32 @@ async fn smollm2_gguf_matches_llama_cpp() {
             .unwrap();
         let mut theirs = ids(&answer["tokens"]);
         theirs.retain(|t| !model.eos_ids().contains(t));
-        eprintln!("ours   {:?}\nllama  {theirs:?}", ours.ids);
-        if ours.ids.iter().take(8).eq(theirs.iter().take(8)) {
-            agreeing += 1;
+        let compare = until_near_tie(&ours.logit_gaps, QUANTIZED_GAP_TOLERANCE).min(theirs.len());
+        if ours.ids.len() < compare || ours.ids[..compare] != theirs[..compare] {
+            failures.push(format!(
+                "ours {:?}\nllama.cpp {theirs:?} (compared {compare}, gaps {:?})",
+                ours.ids, ours.logit_gaps
+            ));
         }
         if ours.ids == theirs {
             identical += 1;
         }
     }
     eprintln!(
-        "smollm2 Q4_1 vs llama.cpp: {identical}/{} identical over {NEW_TOKENS} tokens, first 8 agree for {agreeing}",
+        "smollm2 Q4_1 vs llama.cpp: {identical}/{} prompts identical over {NEW_TOKENS} tokens",
         prompts.len()
     );
-    assert!(
-        agreeing * 6 >= prompts.len() * 5,
-        "first 8 tokens agree for only {agreeing}/{}",
-        prompts.len()
-    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Our own logit gap below which quantized implementations may choose differently.
+const QUANTIZED_GAP_TOLERANCE: f32 = 0.1;
+
+/// Steps before the first whose two best logits are closer than `tolerance`.
+fn until_near_tie(gaps: &[f32], tolerance: f32) -> usize {
+    gaps.iter()
+        .position(|&gap| gap < tolerance)
+        .unwrap_or(gaps.len())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1001,6 +1001,11 @@ fn bulk_lookups_of_200k_keys_are_fast() {
         status.prompts,
         status.responses,
     );
+    drop(store);
+    eprintln!(
+        "store bench: file after closing (WAL checkpointed) {:.1} MB",
+        std::fs::metadata(&path).unwrap().len() as f64 / 1e6
+    );
     assert!(
         lookup < Duration::from_secs(5),
         "cached_keys took {lookup:?}"

@@ -1,9 +1,11 @@
 //! Command implementations: each takes its resolved arguments and writes to stdout.
 
 pub mod datasets;
+pub mod import_results;
 pub mod parity;
 pub mod plan;
 pub mod prompts;
+pub mod report;
 pub mod run;
 pub mod status;
 
@@ -20,5 +22,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::run(args),
         Command::Run(args) => run::run(args),
         Command::Status(args) => status::run(args),
+        Command::ImportResults(args) => import_results::run(args),
+        Command::Report(args) => report::run(args),
     }
 }

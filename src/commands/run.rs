@@ -13,7 +13,7 @@ use crate::llm::{BackendKind, Request, RequestKey};
 use crate::run::decide::decide;
 use crate::run::execute::{ModelProgress, ModelWork, send_all};
 use crate::run::session::prepare;
-use crate::store::{DatasetRow, ModelRow, RunCounts, RunStatus, Store};
+use crate::store::{ModelRow, RunCounts, RunStatus, Store};
 
 /// Exit code after Ctrl-C (128 + SIGINT), as shells expect.
 const EXIT_INTERRUPTED: u8 = 130;
@@ -102,15 +102,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             updated_at: None,
         })?;
     }
-    for dataset in prepared.datasets.values() {
-        let bytes = std::fs::read(&dataset.table.source)?;
-        store.upsert_dataset(&DatasetRow {
-            id: dataset.id.clone(),
-            name: dataset.name.clone(),
-            variant: Some(dataset.variant.clone()),
-            checksum: crate::dataset::catalog::blake3_hex(&bytes),
-            updated_at: None,
-        })?;
+    for row in &prepared.datasets {
+        store.upsert_dataset(row)?;
     }
     let run_id = store.begin_run(&spec.name, &spec.text)?;
     let to_send: u64 = work.iter().map(|w| w.requests.len() as u64).sum();

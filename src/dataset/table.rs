@@ -133,6 +133,19 @@ impl Table {
         seen.len()
     }
 
+    /// Whether a column holds at least `k` distinct non-missing values (stops as soon as
+    /// it has seen them: near-unique columns of large tables are not hashed in full).
+    pub fn has_distinct(&self, col: usize, k: usize) -> bool {
+        let mut seen = std::collections::HashSet::new();
+        for row in &self.rows {
+            let v = row[col].as_str();
+            if !self.is_missing(v) && seen.insert(v) && seen.len() >= k {
+                return true;
+            }
+        }
+        k == 0
+    }
+
     /// Distinct non-missing raw values of a column, in order of first appearance.
     pub fn distinct(&self, col: usize) -> Vec<&str> {
         let mut seen = std::collections::HashSet::new();

@@ -7,7 +7,6 @@ pub const CLASSIFY_TRIALS: usize = 100;
 
 /// The class question, its answers and each row's correct answer.
 struct Task {
-    target: usize,
     features: Vec<usize>,
     answers: Vec<String>,
     /// `labels[row]`: index into `answers`.
@@ -50,7 +49,7 @@ fn task(ctx: &ProbeContext<'_>) -> Result<Task, ProbeError> {
             format!("one of {} or {last}", rest.join(", "))
         }
     };
-    Ok(Task { target, features, answers, labels, hint })
+    Ok(Task { features, answers, labels, hint })
 }
 
 fn row_text(ctx: &ProbeContext<'_>, task: &Task, row: usize) -> String {
@@ -66,7 +65,6 @@ fn query_rows(ctx: &ProbeContext<'_>, test: TestId) -> Vec<usize> {
 pub(super) fn zero_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
     let test = TestId::Classify0Shot;
     let task = task(ctx)?;
-    let _ = task.target;
     let question = &ctx.dataset.classification.question;
     let prompts = query_rows(ctx, test)
         .into_iter()
@@ -89,6 +87,10 @@ pub(super) fn one_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
     let question = &ctx.dataset.classification.question;
     let example_template = ctx.pack.templates(test).example.as_deref().unwrap_or("{row}\nAnswer: {answer}\n");
     let table = ctx.table();
+    let mut rows_of_class: Vec<Vec<usize>> = vec![Vec::new(); task.answers.len()];
+    for r in 0..table.n_rows() {
+        rows_of_class[task.labels[r]].push(r);
+    }
     let mut prompts = Vec::new();
     for (trial, row) in query_rows(ctx, test).into_iter().enumerate() {
         let mut rng = ctx.rng(test, trial as u32);
@@ -97,12 +99,17 @@ pub(super) fn one_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         rng.shuffle(&mut classes);
         let mut examples = String::new();
         for class in classes {
-            let candidates: Vec<usize> =
-                (0..table.n_rows()).filter(|&r| r != row && task.labels[r] == class).collect();
-            if candidates.is_empty() {
+            let candidates = &rows_of_class[class];
+            // The query row is skipped by drawing among the others.
+            let others = candidates.len() - usize::from(task.labels[row] == class);
+            if others == 0 {
                 continue;
             }
-            let example = candidates[rng.below(candidates.len())];
+            let mut pick = rng.below(others);
+            if task.labels[row] == class && pick >= candidates.partition_point(|&r| r < row) {
+                pick += 1;
+            }
+            let example = candidates[pick];
             if !examples.is_empty() {
                 // A blank line between examples keeps them apart for the model.
                 examples.push('\n');

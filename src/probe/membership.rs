@@ -13,7 +13,12 @@ const MAX_REDRAWS: usize = 1000;
 
 /// Columns eligible for perturbation: those with more than one distinct value.
 fn varying_columns(table: &Table) -> Vec<usize> {
-    (0..table.n_cols()).filter(|&c| table.distinct(c).len() > 1 || table.columns[c].missing > 0).collect()
+    (0..table.n_cols())
+        .filter(|&c| {
+            let first = table.rows.first().map(|r| r[c].as_str());
+            table.rows.iter().any(|r| Some(r[c].as_str()) != first)
+        })
+        .collect()
 }
 
 /// A copy of `row` with `ncols − 3` varying columns replaced by a different value drawn

@@ -44,26 +44,39 @@ fn categorical_columns<'a>(ctx: &'a ProbeContext<'_>) -> Result<Vec<(usize, &'a 
         .collect()
 }
 
-/// All values of a column as Alg1 words, missing included once (as the paper's code did).
-fn value_words(ctx: &ProbeContext<'_>, col: usize, shown: &[usize]) -> Vec<Word> {
+/// The values of a column in order of first appearance, as (raw text, Alg1 word); a
+/// missing value appears once, as `Word::Missing` (as the paper's code did).
+fn column_values<'a>(ctx: &'a ProbeContext<'_>, col: usize) -> Vec<(Option<&'a str>, Word)> {
     let table = ctx.table();
-    let shown_values: std::collections::HashSet<&str> = shown.iter().map(|&r| table.rows[r][col].as_str()).collect();
-    let shown_missing = shown_values.iter().any(|v| table.is_missing(v));
-    let mut words = Vec::new();
+    let mut values = Vec::new();
     let mut missing_added = false;
     let mut seen = std::collections::HashSet::new();
     for row in 0..table.n_rows() {
         let raw = table.rows[row][col].as_str();
         if table.is_missing(raw) {
-            if !missing_added && !shown_missing {
-                words.push(Word::Missing);
+            if !missing_added {
+                values.push((None, Word::Missing));
                 missing_added = true;
             }
-        } else if !shown_values.contains(raw) && seen.insert(raw) {
-            words.push(word(table, row, col));
+        } else if seen.insert(raw) {
+            values.push((Some(raw), word(table, row, col)));
         }
     }
-    words
+    values
+}
+
+/// The values of `all` not shown in `shown` rows (missing counts as shown when a shown
+/// row misses the value).
+fn unseen_values(ctx: &ProbeContext<'_>, col: usize, all: &[(Option<&str>, Word)], shown: &[usize]) -> Vec<Word> {
+    let table = ctx.table();
+    let shown_values: Vec<Option<&str>> = shown
+        .iter()
+        .map(|&r| {
+            let raw = table.rows[r][col].as_str();
+            (!table.is_missing(raw)).then_some(raw)
+        })
+        .collect();
+    all.iter().filter(|(raw, _)| !shown_values.contains(raw)).map(|(_, w)| w.clone()).collect()
 }
 
 /// Test 5: rows chosen so that some value of the feature is not among them; those values expected.
@@ -80,14 +93,15 @@ pub(super) fn feature_values_informed(ctx: &ProbeContext<'_>) -> Result<Probe, P
     let mut prompts = Vec::new();
     for (trial, (col, name)) in features.into_iter().enumerate() {
         let trial = trial as u32;
-        if table.distinct(col).len() < 2 {
+        if !table.has_distinct(col, 2) {
             continue;
         }
+        let all_values = column_values(ctx, col);
         let mut rng = ctx.rng(test, trial);
         let mut chosen = None;
         for _ in 0..MAX_REDRAWS {
             let rows = rng.sample(table.n_rows(), EXAMPLE_ROWS);
-            let expected = value_words(ctx, col, &rows);
+            let expected = unseen_values(ctx, col, &all_values, &rows);
             if expected.iter().any(|w| !matches!(w, Word::Missing)) {
                 chosen = Some((rows, expected));
                 break;
@@ -116,7 +130,7 @@ pub(super) fn feature_values_uninformed(ctx: &ProbeContext<'_>) -> Result<Probe,
     }
     let mut prompts = Vec::new();
     for (trial, (col, name)) in features.into_iter().enumerate() {
-        let expected = value_words(ctx, col, &[]);
+        let expected = column_values(ctx, col).into_iter().map(|(_, w)| w).collect();
         let text = ctx.render(test, &[("name", &ctx.dataset.name), ("feature", name)]);
         let mut prompt = ctx.prompt(test, trial as u32, text, Expected::Words { words: expected });
         prompt.note = Some(format!("feature: {name}"));
@@ -234,7 +248,7 @@ pub(super) fn feature_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeE
     if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS + 1) {
         return skipped(reason);
     }
-    if table.distinct(col).len() < EXAMPLE_ROWS + 1 {
+    if !table.has_distinct(col, EXAMPLE_ROWS + 1) {
         return skipped(format!("`{feature}` has fewer than {} distinct values", EXAMPLE_ROWS + 1));
     }
     let order: Vec<usize> = (0..table.n_cols()).filter(|&c| c != col).chain([col]).collect();

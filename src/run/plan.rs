@@ -91,45 +91,80 @@ pub fn identity(model: &ModelSpec, local_revision: Option<&str>) -> ModelIdentit
     ModelIdentity { backend: model.backend, model: name, revision }
 }
 
-/// Builds the plan. `datasets` holds every dataset the spec names, loaded.
-pub fn build_plan(
+/// Prompts of one (test, serialization id) cell of a dataset, shared by every model.
+#[derive(Debug, Clone)]
+pub struct BuiltCell {
+    pub prompts: Vec<Arc<Prompt>>,
+    pub skipped: Option<String>,
+}
+
+/// Everything the plan needs from one dataset once its prompts exist (the table itself
+/// can then be dropped).
+#[derive(Debug, Clone)]
+pub struct DatasetPrompts {
+    /// Canonical dataset id (the spec may name it by an alias).
+    pub id: String,
+    pub cells: HashMap<(TestId, String), BuiltCell>,
+}
+
+/// Builds every prompt set of one dataset that any model of the spec needs. `name` is the
+/// dataset as the spec names it.
+pub fn build_dataset_prompts(
+    spec: &Spec,
+    name: &str,
+    dataset: &Dataset,
+    pack: &PromptPack,
+) -> anyhow::Result<DatasetPrompts> {
+    let mut cells = HashMap::new();
+    for model in spec.models.iter().filter(|m| spec.model_datasets(m).iter().any(|d| d == name)) {
+        let serializations = spec.model_serializations(model);
+        for test in spec.model_tests(model) {
+            let templates: &[Serialization] =
+                if test.serializes_rows() { &serializations } else { &serializations[..1] };
+            for serialization in templates {
+                let serialization_id =
+                    if test.serializes_rows() { serialization.id.clone() } else { NO_SERIALIZATION.to_string() };
+                if cells.contains_key(&(test, serialization_id.clone())) {
+                    continue;
+                }
+                let ctx = ProbeContext { dataset, serialization, seed: spec.seed, pack };
+                let probe = probe::build(test, &ctx)?;
+                cells.insert(
+                    (test, serialization_id),
+                    BuiltCell { prompts: probe.prompts.into_iter().map(Arc::new).collect(), skipped: probe.skipped },
+                );
+            }
+        }
+    }
+    Ok(DatasetPrompts { id: dataset.id.clone(), cells })
+}
+
+/// Assembles cells, trials and distinct requests, model by model, from the prompts built
+/// for each dataset (keyed by the spec's dataset names).
+pub fn assemble_plan(
     spec: &Spec,
     identities: Vec<ModelIdentity>,
-    datasets: &HashMap<String, Dataset>,
-    pack: &PromptPack,
+    built: &HashMap<String, DatasetPrompts>,
 ) -> anyhow::Result<Plan> {
-    // Prompts depend on (dataset, test, serialization, seed) only: build each once and
-    // share it across models.
-    let mut built: HashMap<(String, TestId, String), (Vec<Arc<Prompt>>, Option<String>)> = HashMap::new();
     let mut cells = Vec::new();
     let mut requests: IndexMap<RequestKey, RequestSource> = IndexMap::new();
     for (model_index, model) in spec.models.iter().enumerate() {
         let serializations = spec.model_serializations(model);
-        for dataset_id in spec.model_datasets(model) {
-            let dataset = datasets
-                .get(dataset_id)
-                .ok_or_else(|| anyhow::anyhow!("dataset `{dataset_id}` was not loaded"))?;
+        for name in spec.model_datasets(model) {
+            let dataset = built.get(name).ok_or_else(|| anyhow::anyhow!("dataset `{name}` was not loaded"))?;
             for test in spec.model_tests(model) {
-                let templates: Vec<&Serialization> =
-                    if test.serializes_rows() { serializations.iter().collect() } else { vec![&serializations[0]] };
+                let templates: &[Serialization] =
+                    if test.serializes_rows() { &serializations } else { &serializations[..1] };
                 for serialization in templates {
                     let serialization_id =
                         if test.serializes_rows() { serialization.id.clone() } else { NO_SERIALIZATION.to_string() };
-                    let cache_key = (dataset.id.clone(), test, serialization_id.clone());
-                    if !built.contains_key(&cache_key) {
-                        let ctx = ProbeContext { dataset, serialization, seed: spec.seed, pack };
-                        let probe = probe::build(test, &ctx)?;
-                        built.insert(
-                            cache_key.clone(),
-                            (probe.prompts.into_iter().map(Arc::new).collect(), probe.skipped),
-                        );
-                    }
-                    let (prompts, skipped) = &built[&cache_key];
-                    let mut trials = Vec::with_capacity(prompts.len() * model.samples as usize);
-                    for prompt in prompts {
+                    let cell = &dataset.cells[&(test, serialization_id.clone())];
+                    let mut trials = Vec::with_capacity(cell.prompts.len() * model.samples as usize);
+                    for prompt in &cell.prompts {
                         let params = params(model, prompt);
                         for sample in 0..model.samples {
-                            let key = RequestKey::compute(&identities[model_index], model.api, &prompt.text, &params, sample);
+                            let key =
+                                RequestKey::compute(&identities[model_index], model.api, &prompt.text, &params, sample);
                             requests.entry(key).or_insert_with(|| RequestSource {
                                 model: model_index,
                                 prompt: Arc::clone(prompt),
@@ -144,13 +179,27 @@ pub fn build_plan(
                         test,
                         serialization: serialization_id,
                         trials,
-                        skipped: skipped.clone(),
+                        skipped: cell.skipped.clone(),
                     });
                 }
             }
         }
     }
     Ok(Plan { identities, cells, requests })
+}
+
+/// Builds the plan from loaded datasets (keyed by the spec's dataset names).
+pub fn build_plan(
+    spec: &Spec,
+    identities: Vec<ModelIdentity>,
+    datasets: &HashMap<String, Dataset>,
+    pack: &PromptPack,
+) -> anyhow::Result<Plan> {
+    let built = datasets
+        .iter()
+        .map(|(name, dataset)| Ok((name.clone(), build_dataset_prompts(spec, name, dataset, pack)?)))
+        .collect::<anyhow::Result<HashMap<_, _>>>()?;
+    assemble_plan(spec, identities, &built)
 }
 
 /// Rough token estimate for budgeting (4 characters per token) — used only for `plan`

@@ -3,17 +3,20 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
-use super::plan::{Plan, build_plan, identity};
+use super::plan::{DatasetPrompts, Plan, assemble_plan, build_dataset_prompts, identity};
 use super::spec::Spec;
-use crate::dataset::Dataset;
-use crate::dataset::catalog::Catalog;
+use crate::dataset::catalog::{Catalog, blake3_hex};
 use crate::probe::PromptPack;
+use crate::store::DatasetRow;
 
 /// Everything a command needs before it looks at the cache.
 pub struct Prepared {
     pub spec: Spec,
-    pub datasets: HashMap<String, Dataset>,
+    /// The datasets used, as recorded in the cache (the tables themselves are dropped once
+    /// their prompts exist: they are the bulk of a large run's memory).
+    pub datasets: Vec<DatasetRow>,
     pub plan: Plan,
 }
 
@@ -32,29 +35,74 @@ pub fn prepare(spec_path: &Path, data_dir: Option<&Path>, only_models: &[String]
         }
         spec.models.retain(|m| only_models.contains(&m.id));
     }
-    let catalog = Catalog::open(data_dir)?;
-    let mut datasets = HashMap::new();
-    for model in &spec.models {
-        for name in spec.model_datasets(model) {
-            if datasets.contains_key(name) {
-                continue;
-            }
-            let dataset = catalog
-                .load(name)
-                .map_err(|e| anyhow::anyhow!("{}: datasets: {e:#}", spec_path.display()))?;
-            datasets.insert(name.clone(), dataset);
-        }
-    }
     let pack = match &spec.prompt_pack {
         Some(path) => PromptPack::load(path)?,
         None => PromptPack::builtin(),
     };
-    let identities = spec.models.iter().map(|m| local_identity(m)).collect::<anyhow::Result<Vec<_>>>()?;
-    let plan = build_plan(&spec, identities, &datasets, &pack)?;
+    let catalog = Catalog::open(data_dir)?;
+    let mut names: Vec<String> = spec.models.iter().flat_map(|m| spec.model_datasets(m).iter().cloned()).collect();
+    names.sort();
+    names.dedup();
+
+    // Two workers (the machines this runs on have few cores) each load one table at a
+    // time, build its prompts and drop it, so at most two tables are in memory at once.
+    let queue = Mutex::new(names.clone());
+    let results: Mutex<Vec<(String, anyhow::Result<(DatasetPrompts, DatasetRow)>)>> = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 2);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let Some(name) = queue.lock().expect("queue lock").pop() else { break };
+                    let outcome = prepare_dataset(&spec, &catalog, &name, &pack);
+                    results.lock().expect("results lock").push((name, outcome));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("results lock");
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut built = HashMap::new();
+    let mut datasets = Vec::new();
+    for (name, outcome) in results {
+        let (prompts, row) = outcome.map_err(|e| anyhow::anyhow!("{}: datasets: {e:#}", spec_path.display()))?;
+        built.insert(name, prompts);
+        if !datasets.iter().any(|d: &DatasetRow| d.id == row.id) {
+            datasets.push(row);
+        }
+    }
+    release_freed_memory();
+    let identities = spec.models.iter().map(|m| identity(m, None)).collect();
+    let plan = assemble_plan(&spec, identities, &built)?;
     Ok(Prepared { spec, datasets, plan })
 }
 
-/// The cache identity of a model; local weights are identified by their digest.
-fn local_identity(model: &super::spec::ModelSpec) -> anyhow::Result<crate::llm::ModelIdentity> {
-    Ok(identity(model, None))
+fn prepare_dataset(
+    spec: &Spec,
+    catalog: &Catalog,
+    name: &str,
+    pack: &PromptPack,
+) -> anyhow::Result<(DatasetPrompts, DatasetRow)> {
+    let dataset = catalog.load(name)?;
+    let bytes = std::fs::read(&dataset.table.source)?;
+    let row = DatasetRow {
+        id: dataset.id.clone(),
+        name: dataset.name.clone(),
+        variant: Some(dataset.variant.clone()),
+        checksum: blake3_hex(&bytes),
+        updated_at: None,
+    };
+    let prompts = build_dataset_prompts(spec, name, &dataset, pack)?;
+    Ok((prompts, row))
+}
+
+/// Hands the memory of the dropped tables back to the system. glibc keeps freed blocks in
+/// per-thread arenas, so without this the tables' memory would stay resident for the rest
+/// of a run; elsewhere this is a no-op.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns unused memory of the allocator to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }

@@ -123,6 +123,14 @@ enum Projection {
 }
 
 impl Projection {
+    /// Separate projections, fused into one matmul when their weights are dense.
+    fn separate(parts: Vec<Linear>) -> Result<Self, LocalError> {
+        match Linear::concat(&parts).context(|| "fusing projections".into())? {
+            Some((linear, sizes)) => Ok(Projection::Fused { linear, sizes }),
+            None => Ok(Projection::Separate(parts)),
+        }
+    }
+
     fn forward(&self, xs: &Tensor) -> CResult<Vec<Tensor>> {
         match self {
             Projection::Fused { linear, sizes } => {
@@ -228,11 +236,11 @@ impl DecoderModel {
                     linear: Linear::load(weights, &prefix)?,
                     sizes: vec![q_size, kv_size, kv_size],
                 },
-                None => Projection::Separate(vec![
+                None => Projection::separate(vec![
                     Linear::load(weights, &name(names.q))?,
                     Linear::load(weights, &name(names.k))?,
                     Linear::load(weights, &name(names.v))?,
-                ]),
+                ])?,
             };
             let fused_gate_up = names
                 .gate_up
@@ -249,10 +257,10 @@ impl DecoderModel {
                         sizes: vec![rows / 2, rows / 2],
                     }
                 }
-                (true, None) => Projection::Separate(vec![
+                (true, None) => Projection::separate(vec![
                     Linear::load(weights, &name(names.gate))?,
                     Linear::load(weights, &name(names.up))?,
-                ]),
+                ])?,
                 (false, _) => Projection::Separate(vec![Linear::load(weights, &name(names.up))?]),
             };
             let optional_norm = |weights: &mut Weights,

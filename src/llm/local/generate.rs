@@ -45,6 +45,9 @@ pub struct Generated {
     pub ids: Vec<u32>,
     pub finish: Finish,
     pub elapsed_ms: u64,
+    /// Per step, the best logit minus the second best: how close each choice was (parity
+    /// checks ignore divergences after a near tie).
+    pub logit_gaps: Vec<f32>,
 }
 
 /// The KV cache of the last shared prefix, kept across calls (batch of one).
@@ -102,6 +105,19 @@ impl Sampler {
         }
         probs.last().map_or(0, |p| p.0)
     }
+}
+
+fn top_two_gap(logits: &[f32]) -> f32 {
+    let (mut first, mut second) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &l in logits {
+        if l > first {
+            second = first;
+            first = l;
+        } else if l > second {
+            second = l;
+        }
+    }
+    first - second
 }
 
 fn argmax(logits: &[f32]) -> u32 {
@@ -388,6 +404,7 @@ fn decode_group(
     let mut outputs: Vec<Option<Generated>> = vec![None; batch];
     let mut samplers: Vec<Sampler> = (0..batch).map(|_| Sampler::new(settings)).collect();
     let mut generated: Vec<Vec<u32>> = vec![Vec::new(); batch];
+    let mut gaps: Vec<Vec<f32>> = vec![Vec::new(); batch];
     // Index into the group of each sequence still in the batch.
     let mut active: Vec<usize> = (0..batch).collect();
     let mut slot = prefix_len + width;
@@ -397,6 +414,7 @@ fn decode_group(
         let mut keep = Vec::with_capacity(active.len());
         for (row, &seq) in active.iter().enumerate() {
             let token = samplers[seq].next(&rows[row]);
+            gaps[seq].push(top_two_gap(&rows[row]));
             let finish = if settings.eos.contains(&token) {
                 Some(Finish::Stop)
             } else {
@@ -417,6 +435,7 @@ fn decode_group(
                         ids: std::mem::take(&mut generated[seq]),
                         finish,
                         elapsed_ms: started.elapsed().as_millis() as u64,
+                        logit_gaps: std::mem::take(&mut gaps[seq]),
                     });
                 }
                 None => {
@@ -522,6 +541,7 @@ fn t5_group(
     let mut cache = model.new_cache(batch, settings.max_new_tokens + 1)?;
     let mut samplers: Vec<Sampler> = (0..batch).map(|_| Sampler::new(settings)).collect();
     let mut generated: Vec<Vec<u32>> = vec![Vec::new(); batch];
+    let mut gaps: Vec<Vec<f32>> = vec![Vec::new(); batch];
     let mut outputs: Vec<Option<Generated>> = vec![None; batch];
     let mut active: Vec<usize> = (0..batch).collect();
     let mut next: Vec<Vec<u32>> = vec![vec![model.config.decoder_start()]; batch];
@@ -534,6 +554,7 @@ fn t5_group(
         next.clear();
         for (row, &seq) in active.iter().enumerate() {
             let token = samplers[seq].next(&logits[row]);
+            gaps[seq].push(top_two_gap(&logits[row]));
             let finish = if settings.eos.contains(&token) {
                 Some(Finish::Stop)
             } else {
@@ -554,6 +575,7 @@ fn t5_group(
                         ids: std::mem::take(&mut generated[seq]),
                         finish,
                         elapsed_ms: started.elapsed().as_millis() as u64,
+                        logit_gaps: std::mem::take(&mut gaps[seq]),
                     });
                 }
                 None => {

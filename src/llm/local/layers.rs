@@ -29,6 +29,35 @@ impl Linear {
         Linear { weight, bias: None }
     }
 
+    /// One linear computing all of `parts` side by side (dense weights only), with the
+    /// output width of each: one GEMM instead of several narrow ones.
+    pub fn concat(parts: &[Linear]) -> CResult<Option<(Linear, Vec<usize>)>> {
+        let mut weights = Vec::with_capacity(parts.len());
+        for part in parts {
+            match &part.weight {
+                QMatMul::Tensor(w) => weights.push(w.clone()),
+                _ => return Ok(None),
+            }
+        }
+        let sizes = weights
+            .iter()
+            .map(|w| w.dim(0))
+            .collect::<CResult<Vec<_>>>()?;
+        let bias = if parts.iter().all(|p| p.bias.is_none()) {
+            None
+        } else if let Some(biases) = parts
+            .iter()
+            .map(|p| p.bias.clone())
+            .collect::<Option<Vec<_>>>()
+        {
+            Some(Tensor::cat(&biases, 0)?)
+        } else {
+            return Ok(None);
+        };
+        let weight = QMatMul::Tensor(Tensor::cat(&weights, 0)?);
+        Ok(Some((Linear { weight, bias }, sizes)))
+    }
+
     pub fn forward(&self, xs: &Tensor) -> CResult<Tensor> {
         let ys = match &self.weight {
             // One 2-D GEMM over every token of every sequence: candle would otherwise run
@@ -247,7 +276,8 @@ pub fn attention(
         scores = scores.broadcast_add(&mask)?;
     }
     let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-    let out = probs.matmul(&v.contiguous()?)?;
+    // `v` may be a view over the preallocated cache: rows are dense, no copy needed.
+    let out = probs.matmul(v)?;
     if group > 1 {
         out.reshape((batch, heads, tq, head_dim))
     } else {

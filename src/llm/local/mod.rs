@@ -357,6 +357,7 @@ impl LocalModel {
                     ids: Vec::new(),
                     finish: Finish::Length,
                     elapsed_ms: started.elapsed().as_millis() as u64,
+                    logit_gaps: Vec::new(),
                 })
                 .collect());
         }

@@ -1,0 +1,254 @@
+//! What the analytics hand to the report: plain, serializable structs, no connection.
+//!
+//! Every list is in a fixed order (documented per field) so that the same cache always
+//! gives byte-identical reports.
+
+use serde::Serialize;
+
+use super::stats::Interval;
+use crate::probe::TestKind;
+
+/// Everything the reports show.
+#[derive(Debug, Clone, Serialize)]
+pub struct Analysis {
+    /// The template whose cells the scores use (tests without rows have none).
+    pub primary_serialization: String,
+    /// The twelve tests, in the paper's order.
+    pub tests: Vec<TestInfo>,
+    /// Datasets with at least one cell, in display order (the paper's, then by id).
+    pub datasets: Vec<DatasetInfo>,
+    /// One per (source, model), ranked: contamination (descending), then release date,
+    /// label and source. The order of Table 2.
+    pub series: Vec<SeriesScores>,
+    /// The scored cells of tests 1–9, by series (in `series` order), dataset, test.
+    pub grid: Vec<GridCell>,
+    /// Tests 1–9 pass rates over every series: per test, then per dataset.
+    pub test_pass_rates: Vec<PassRate>,
+    pub dataset_pass_rates: Vec<PassRate>,
+    /// Membership and 0/1-shot accuracy per series and dataset (series order, test, dataset).
+    pub accuracy: Vec<AccuracyCell>,
+    /// Contamination against 0-shot, 1-shot and membership accuracy across series.
+    pub correlations: Vec<Correlation>,
+    pub serialization: SerializationStudy,
+    /// Consecutive versions within each family, by release date.
+    pub evolution: Vec<EvolutionStep>,
+    pub negative_controls: NegativeControls,
+    /// Model outputs: per series of ours and test, one trial's output (a passed one when
+    /// there is one). Imported results have none.
+    pub examples: Vec<Example>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TestInfo {
+    pub id: String,
+    pub number: u8,
+    pub kind: TestKind,
+    /// A short name for table headers, e.g. "Feature list (inf.)".
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetInfo {
+    pub id: String,
+    /// The name used in prompts (e.g. "adult income"); the id when unknown.
+    pub name: String,
+    pub released: Option<String>,
+}
+
+/// Which results a series is: ours (`tabcontam`) or imported (e.g. `paper`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct SeriesKey {
+    pub source: String,
+    pub model: String,
+}
+
+/// Table 2's row for one series.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeriesScores {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    /// 1-based position in the ranking.
+    pub rank: usize,
+    pub label: String,
+    pub family: Option<String>,
+    pub release_date: Option<String>,
+    pub training_cutoff: Option<String>,
+    /// Datasets with at least one cell of tests 1–9.
+    pub datasets: usize,
+    /// Passed cells of tests 1–9, and the denominator 9 × datasets.
+    pub passed: usize,
+    pub cells: usize,
+    /// passed / cells; `None` without any cell of tests 1–9.
+    pub contamination: Option<f64>,
+    /// Passed knowledge cells / (3 × datasets), memorization / (6 × datasets).
+    pub knowledge: Option<f64>,
+    pub memorization: Option<f64>,
+    pub skipped: usize,
+    pub membership: Option<MeanAccuracy>,
+    pub zero_shot: Option<MeanAccuracy>,
+    pub one_shot: Option<MeanAccuracy>,
+}
+
+/// The mean accuracy over datasets (Table 2's membership, 0-shot and 1-shot rows).
+#[derive(Debug, Clone, Serialize)]
+pub struct MeanAccuracy {
+    /// Mean over datasets of each dataset's accuracy (we divide by the datasets
+    /// evaluated; the paper's 0/1-shot means divided by 10 for 9 datasets).
+    pub mean: f64,
+    pub datasets: usize,
+    /// Pooled trials, correct and invalid answers.
+    pub trials: u64,
+    pub correct: u64,
+    pub invalid: u64,
+    pub invalid_rate: f64,
+    /// Wilson interval of the pooled trials (equal to the mean's when every dataset has
+    /// the same number of trials, as in the paper: 100 each).
+    pub interval: Option<Interval>,
+    /// Exact two-sided binomial test of the pooled trials against 0.5 (membership only).
+    pub p_value: Option<f64>,
+}
+
+/// One scored cell of tests 1–9.
+#[derive(Debug, Clone, Serialize)]
+pub struct GridCell {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub dataset: String,
+    pub test: String,
+    pub number: u8,
+    pub kind: TestKind,
+    pub serialization: Option<String>,
+    pub seed: u64,
+    pub passed: bool,
+    /// Why the cell has no trials (counts as not passed).
+    pub skipped: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PassRate {
+    /// Test or dataset id.
+    pub key: String,
+    pub passed: u64,
+    pub cells: u64,
+    pub rate: Option<f64>,
+}
+
+/// Accuracy of one answer test (10–12) on one dataset.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccuracyCell {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub dataset: String,
+    pub test: String,
+    pub trials: u64,
+    pub correct: u64,
+    pub invalid: u64,
+    pub accuracy: f64,
+    pub invalid_rate: f64,
+    pub interval: Option<Interval>,
+    /// Exact two-sided binomial test against 0.5 (membership only: its Yes/No classes are
+    /// balanced 50/50, so 0.5 is chance; classification classes are not).
+    pub p_value: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Correlation {
+    /// What contamination is correlated with: `zero_shot`, `one_shot` or `membership`.
+    pub against: String,
+    /// Series with both values.
+    pub n: usize,
+    pub pearson: Option<f64>,
+    pub spearman: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SerializationStudy {
+    /// Per series and seed with cells under two or more templates.
+    pub summaries: Vec<SerializationSummary>,
+    /// Cells whose verdict differs between templates.
+    pub changes: Vec<SerializationChange>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SerializationSummary {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub seed: u64,
+    pub templates: u64,
+    /// (dataset, test) cells decided under two or more templates.
+    pub compared: u64,
+    pub changed: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SerializationChange {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub seed: u64,
+    pub dataset: String,
+    pub test: String,
+    /// Templates under which the cell passed, and those under which it did not.
+    pub passed_with: Vec<String>,
+    pub failed_with: Vec<String>,
+}
+
+/// One version of a family against the version released before it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvolutionStep {
+    pub family: String,
+    pub from: SeriesKey,
+    pub to: SeriesKey,
+    pub to_release_date: String,
+    /// Cells (dataset, test) the new version passes and the old did not, and the reverse.
+    pub gained: Vec<CellRef>,
+    pub lost: Vec<CellRef>,
+    /// Contamination of the new version minus the old one's.
+    pub delta: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CellRef {
+    pub dataset: String,
+    pub test: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NegativeControls {
+    /// (series, dataset) pairs where the dataset was released after the model's training
+    /// cut-off, with how many of their tests 1–9 cells passed.
+    pub eligible: Vec<ControlPair>,
+    /// Passed cells among them: suspected false positives.
+    pub suspected: Vec<SuspectedCell>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ControlPair {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub training_cutoff: String,
+    pub dataset: String,
+    pub released: String,
+    pub cells: u64,
+    pub passed: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SuspectedCell {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub dataset: String,
+    pub test: String,
+}
+
+/// One model output shown in the report (untrusted text: every renderer escapes it).
+#[derive(Debug, Clone, Serialize)]
+pub struct Example {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub test: String,
+    pub dataset: String,
+    pub serialization: Option<String>,
+    pub trial: u32,
+    pub passed: bool,
+    pub output: String,
+}

@@ -1,0 +1,59 @@
+//! `tabcontam report`: analyzes the cache (DuckDB) and writes the reports (JSON, HTML,
+//! LaTeX, CSV) into the output folder.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::analyze::{Options as AnalyzeOptions, analyze_store};
+use crate::cli::{ReportArgs, ReportFormat};
+use crate::report::{self, Format};
+use crate::store::Store;
+
+pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let cache = &args.cache.cache;
+    if !cache.exists() {
+        anyhow::bail!(
+            "no cache at {}: run an experiment first (`tabcontam run SPEC`) or import published results (`tabcontam import-results DIR`)",
+            cache.display()
+        );
+    }
+    let store = Store::open_read_only(cache)?;
+    let analysis = analyze_store(
+        &store,
+        &AnalyzeOptions {
+            primary_serialization: args.serialization.clone(),
+        },
+    )
+    .with_context(|| format!("analyzing {}", cache.display()))?;
+    let formats: Vec<Format> = args
+        .format
+        .iter()
+        .map(|f| match f {
+            ReportFormat::Json => Format::Json,
+            ReportFormat::Html => Format::Html,
+            ReportFormat::Latex => Format::Latex,
+            ReportFormat::Csv => Format::Csv,
+        })
+        .collect();
+    let options = report::Options {
+        timestamp: args.timestamp.then(report::utc_now),
+    };
+    let files = report::render(&analysis, &formats, &options)?;
+    report::write(&args.out, &files)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{} models, {} datasets from {}; wrote {} files to {}:",
+        analysis.series.len(),
+        analysis.datasets.len(),
+        cache.display(),
+        files.len(),
+        args.out.display()
+    )?;
+    for file in &files {
+        writeln!(out, "  {}", args.out.join(&file.name).display())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,225 @@
+//! Reports: turns an [`Analysis`] into `scores.json`, `report.html` (one self-contained
+//! page), `report.tex` (standalone, plus `table2.tex` and `heatmap-<model>.tex` snippets to
+//! `\input` into a paper) and CSV files for pandas users.
+//!
+//! Architecture Invariant: `report` takes plain structs, never a connection; rendering is
+//! a pure function of the analysis (and of an optional timestamp, off by default), so the
+//! same cache gives byte-identical files.
+//!
+//! Everything shown is untrusted text (model outputs, and ids, labels and dataset names
+//! from user specs): HTML and LaTeX templates escape every interpolation automatically
+//! (askama's HTML escaper; [`tex::Tex`] for `.tex`), plotters escapes SVG text, CSV quotes.
+
+mod csv;
+mod page;
+pub mod svg;
+pub mod tex;
+
+use std::path::Path;
+
+use anyhow::Context;
+use askama::Template;
+use serde::Serialize;
+
+use crate::analyze::{Analysis, MeanAccuracy, SeriesScores};
+
+/// An output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Format {
+    Json,
+    Html,
+    Latex,
+    Csv,
+}
+
+/// Rendering settings.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Printed in the reports when set (e.g. `2026-11-22T12:00:00Z`).
+    pub timestamp: Option<String>,
+}
+
+/// One output file: a name inside the output folder and its contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File {
+    pub name: String,
+    pub contents: String,
+}
+
+/// Renders the files of `formats` (in a fixed order whatever the order asked).
+pub fn render(
+    analysis: &Analysis,
+    formats: &[Format],
+    options: &Options,
+) -> anyhow::Result<Vec<File>> {
+    let mut formats = formats.to_vec();
+    formats.sort();
+    formats.dedup();
+    let page = page::Page::new(analysis, options);
+    let mut files = Vec::new();
+    for format in formats {
+        match format {
+            Format::Json => files.push(File {
+                name: "scores.json".into(),
+                contents: scores_json(analysis, options)?,
+            }),
+            Format::Html => files.push(File {
+                name: "report.html".into(),
+                contents: page::HtmlReport { page: &page }
+                    .render()
+                    .context("rendering templates/report.html")?,
+            }),
+            Format::Latex => files.extend(page.latex_files()?),
+            Format::Csv => files.extend(csv::files(analysis)),
+        }
+    }
+    Ok(files)
+}
+
+/// Writes rendered files into `dir` (created when missing). Each file is written to a
+/// temporary name and renamed, so a reader never sees half a report.
+pub fn write(dir: &Path, files: &[File]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the report folder {}", dir.display()))?;
+    for file in files {
+        let path = dir.join(&file.name);
+        let partial = dir.join(format!(".{}.partial", file.name));
+        std::fs::write(&partial, &file.contents)
+            .with_context(|| format!("cannot write {}", partial.display()))?;
+        std::fs::rename(&partial, &path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `scores.json`: `{"models": [{"id", "label", "contamination", "membership", "zero_shot",
+/// "one_shot", …}], "grid": [...], …}`, models in Table 2's order.
+fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Result<String> {
+    #[derive(Serialize)]
+    struct ScoresJson<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        generated_at: Option<&'a str>,
+        primary_serialization: &'a str,
+        models: Vec<ModelJson<'a>>,
+        grid: &'a [crate::analyze::GridCell],
+        tests: &'a [crate::analyze::TestInfo],
+        datasets: &'a [crate::analyze::DatasetInfo],
+        test_pass_rates: &'a [crate::analyze::PassRate],
+        dataset_pass_rates: &'a [crate::analyze::PassRate],
+        accuracy: &'a [crate::analyze::AccuracyCell],
+        correlations: &'a [crate::analyze::Correlation],
+        serialization: &'a crate::analyze::SerializationStudy,
+        evolution: &'a [crate::analyze::EvolutionStep],
+        negative_controls: &'a crate::analyze::NegativeControls,
+        examples: &'a [crate::analyze::Example],
+    }
+    #[derive(Serialize)]
+    struct ModelJson<'a> {
+        id: &'a str,
+        source: &'a str,
+        label: &'a str,
+        rank: usize,
+        family: Option<&'a str>,
+        release_date: Option<&'a str>,
+        training_cutoff: Option<&'a str>,
+        contamination: Option<f64>,
+        membership: Option<f64>,
+        zero_shot: Option<f64>,
+        one_shot: Option<f64>,
+        knowledge: Option<f64>,
+        memorization: Option<f64>,
+        /// Passed cells of tests 1–9 and 9 × datasets.
+        contamination_passed: usize,
+        contamination_cells: usize,
+        datasets: usize,
+        membership_detail: Option<&'a MeanAccuracy>,
+        zero_shot_detail: Option<&'a MeanAccuracy>,
+        one_shot_detail: Option<&'a MeanAccuracy>,
+    }
+    let model = |s: &'a SeriesScores| ModelJson {
+        id: &s.key.model,
+        source: &s.key.source,
+        label: &s.label,
+        rank: s.rank,
+        family: s.family.as_deref(),
+        release_date: s.release_date.as_deref(),
+        training_cutoff: s.training_cutoff.as_deref(),
+        contamination: s.contamination,
+        membership: s.membership.as_ref().map(|m| m.mean),
+        zero_shot: s.zero_shot.as_ref().map(|m| m.mean),
+        one_shot: s.one_shot.as_ref().map(|m| m.mean),
+        knowledge: s.knowledge,
+        memorization: s.memorization,
+        contamination_passed: s.passed,
+        contamination_cells: s.cells,
+        datasets: s.datasets,
+        membership_detail: s.membership.as_ref(),
+        zero_shot_detail: s.zero_shot.as_ref(),
+        one_shot_detail: s.one_shot.as_ref(),
+    };
+    let json = ScoresJson {
+        generated_at: options.timestamp.as_deref(),
+        primary_serialization: &analysis.primary_serialization,
+        models: analysis.series.iter().map(model).collect(),
+        grid: &analysis.grid,
+        tests: &analysis.tests,
+        datasets: &analysis.datasets,
+        test_pass_rates: &analysis.test_pass_rates,
+        dataset_pass_rates: &analysis.dataset_pass_rates,
+        accuracy: &analysis.accuracy,
+        correlations: &analysis.correlations,
+        serialization: &analysis.serialization,
+        evolution: &analysis.evolution,
+        negative_controls: &analysis.negative_controls,
+        examples: &analysis.examples,
+    };
+    let mut text = serde_json::to_string_pretty(&json).context("serializing scores.json")?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (for `--timestamp`).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// File-name-safe form of a model id for `heatmap-<model>.tex` (ids are untrusted: no path
+/// separators, no leading dot).
+pub fn file_stem(text: &str) -> String {
+    let stem: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let stem = stem.trim_start_matches('.');
+    if stem.is_empty() {
+        "model".to_string()
+    } else {
+        stem.chars().take(80).collect()
+    }
+}

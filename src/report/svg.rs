@@ -1,0 +1,221 @@
+//! Figures as inline SVG, drawn with plotters' SVG backend: the per-model heatmaps in the
+//! style of the paper's Fig. 1/2 and the contamination-vs-accuracy scatter plot.
+//!
+//! plotters escapes every text and attribute it writes, so untrusted labels cannot break
+//! out of the SVG. Output is a pure function of the inputs (no ids, no timestamps).
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+/// The state of one heatmap square.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Square {
+    /// Contamination detected (the paper's green squares).
+    Passed,
+    NotPassed,
+    /// The test could not run on this dataset (e.g. wine, tests 5–6): counts as not passed.
+    Skipped,
+    /// No result for this cell.
+    Missing,
+}
+
+/// Green of detected cells (the paper's figures), and the knowledge/memorization divider.
+const DETECTED: RGBColor = RGBColor(46, 158, 68);
+const GRID: RGBColor = RGBColor(170, 170, 170);
+const DIVIDER: RGBColor = RGBColor(110, 110, 110);
+const SKIPPED: RGBColor = RGBColor(222, 222, 222);
+const MISSING: RGBColor = RGBColor(246, 246, 246);
+const TEXT: RGBColor = RGBColor(34, 34, 34);
+
+const CELL: i32 = 24;
+const LEFT: i32 = 160;
+const TOP: i32 = 132;
+const TITLE: i32 = 26;
+
+/// Labels longer than this are cut in figures (tables show them whole).
+const MAX_LABEL_CHARS: usize = 22;
+
+/// One model's heatmap: rows are tests 1–9 (knowledge above the divider, memorization
+/// below), columns are datasets. `squares[d][t]` is dataset `d`, test `t + 1`.
+pub fn heatmap(
+    title: &str,
+    test_names: &[String; 9],
+    dataset_names: &[String],
+    squares: &[[Square; 9]],
+) -> String {
+    let columns = dataset_names.len().max(1) as i32;
+    let width = (LEFT + columns * CELL + 12) as u32;
+    let height = (TITLE + TOP + 9 * CELL + 12) as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
+        draw_heatmap(&root, title, test_names, dataset_names, squares)
+            .expect("drawing into a String cannot fail");
+        root.present().expect("drawing into a String cannot fail");
+    }
+    svg
+}
+
+fn draw_heatmap<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    test_names: &[String; 9],
+    dataset_names: &[String],
+    squares: &[[Square; 9]],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    let title_style =
+        TextStyle::from(("sans-serif", 16).into_font().style(FontStyle::Bold)).color(&TEXT);
+    root.draw(&Text::new(
+        cut(title, 40),
+        (6, 4),
+        title_style.pos(Pos::new(HPos::Left, VPos::Top)),
+    ))?;
+    let top = TITLE + TOP;
+    let label = TextStyle::from(("sans-serif", 12).into_font()).color(&TEXT);
+    for (d, name) in dataset_names.iter().enumerate() {
+        let x = LEFT + d as i32 * CELL + CELL / 2;
+        let style = label
+            .transform(FontTransform::Rotate270)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        root.draw(&Text::new(cut(name, MAX_LABEL_CHARS), (x, top - 6), style))?;
+    }
+    for (t, name) in test_names.iter().enumerate() {
+        let y = top + t as i32 * CELL + CELL / 2;
+        let style = label.pos(Pos::new(HPos::Right, VPos::Center));
+        root.draw(&Text::new(
+            format!("{} {}", cut(name, MAX_LABEL_CHARS), t + 1),
+            (LEFT - 6, y),
+            style,
+        ))?;
+    }
+    for (d, column) in squares.iter().enumerate() {
+        for (t, square) in column.iter().enumerate() {
+            let (x0, y0) = (LEFT + d as i32 * CELL, top + t as i32 * CELL);
+            let (x1, y1) = (x0 + CELL, y0 + CELL);
+            let fill = match square {
+                Square::Passed => DETECTED,
+                Square::NotPassed => WHITE,
+                Square::Skipped => SKIPPED,
+                Square::Missing => MISSING,
+            };
+            root.draw(&Rectangle::new([(x0, y0), (x1, y1)], fill.filled()))?;
+            root.draw(&Rectangle::new([(x0, y0), (x1, y1)], GRID.stroke_width(1)))?;
+            match square {
+                // A mark as well as the colour: readable in grey print and for colour-blind readers.
+                Square::Passed => {
+                    let mark =
+                        TextStyle::from(("sans-serif", 15).into_font().style(FontStyle::Bold))
+                            .color(&WHITE)
+                            .pos(Pos::new(HPos::Center, VPos::Center));
+                    root.draw(&Text::new("✓", (x0 + CELL / 2, y0 + CELL / 2), mark))?;
+                }
+                Square::Skipped => {
+                    root.draw(&PathElement::new(
+                        vec![(x0 + 4, y1 - 4), (x1 - 4, y0 + 4)],
+                        DIVIDER.stroke_width(1),
+                    ))?;
+                }
+                Square::Missing | Square::NotPassed => {}
+            }
+        }
+    }
+    // The paper's bold grey line between knowledge (tests 1–3) and memorization (4–9).
+    let divider_y = top + 3 * CELL;
+    root.draw(&PathElement::new(
+        vec![
+            (LEFT - 4, divider_y),
+            (LEFT + squares.len().max(1) as i32 * CELL + 4, divider_y),
+        ],
+        DIVIDER.stroke_width(3),
+    ))?;
+    Ok(())
+}
+
+/// One point of the scatter plot.
+pub struct Point {
+    pub label: String,
+    pub contamination: f64,
+    pub zero_shot: Option<f64>,
+    pub one_shot: Option<f64>,
+}
+
+const ZERO_SHOT: RGBColor = RGBColor(31, 119, 180);
+const ONE_SHOT: RGBColor = RGBColor(214, 39, 40);
+
+/// Contamination (x) against mean 0-shot and 1-shot accuracy (y), one labelled point per
+/// model and setting.
+pub fn scatter(points: &[Point]) -> String {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (640, 440)).into_drawing_area();
+        draw_scatter(&root, points).expect("drawing into a String cannot fail");
+        root.present().expect("drawing into a String cannot fail");
+    }
+    svg
+}
+
+fn draw_scatter<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    points: &[Point],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(root)
+        .margin(14)
+        .x_label_area_size(44)
+        .y_label_area_size(54)
+        .build_cartesian_2d(0f64..1f64, 0f64..1f64)?;
+    chart
+        .configure_mesh()
+        .x_desc("Contamination score")
+        .y_desc("Mean accuracy")
+        .x_label_formatter(&|x| format!("{x:.1}"))
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(232, 232, 232))
+        .draw()?;
+    type Value = fn(&Point) -> Option<f64>;
+    let settings: [(&str, RGBColor, Value); 2] = [
+        ("0-shot", ZERO_SHOT, |p| p.zero_shot),
+        ("1-shot", ONE_SHOT, |p| p.one_shot),
+    ];
+    for (name, colour, value) in settings {
+        chart
+            .draw_series(points.iter().filter_map(|p| {
+                Some(Circle::new(
+                    (p.contamination, value(p)?),
+                    4,
+                    colour.filled(),
+                ))
+            }))?
+            .label(name)
+            .legend(move |(x, y)| Circle::new((x + 6, y), 4, colour.filled()));
+        let label = TextStyle::from(("sans-serif", 10).into_font()).color(&colour);
+        chart.draw_series(points.iter().filter_map(|p| {
+            Some(Text::new(
+                cut(&p.label, 14),
+                (p.contamination + 0.008, value(p)? + 0.012),
+                label.clone(),
+            ))
+        }))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(GRID)
+        .draw()?;
+    Ok(())
+}
+
+fn cut(text: &str, max_chars: usize) -> String {
+    // Control characters would make the SVG text invalid XML (plotters escapes only markup).
+    let clean: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match clean.char_indices().nth(max_chars) {
+        Some((end, _)) => format!("{}…", &clean[..end]),
+        None => clean,
+    }
+}

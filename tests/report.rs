@@ -1,0 +1,572 @@
+//! Reports from a synthetic cache of our own results: untrusted text (model outputs, ids,
+//! labels, dataset names) prints literally and runs or includes nothing; report.tex compiles
+//! with pdflatex; report.html loads in headless Chromium without console errors; the same
+//! cache gives byte-identical files; the analytics (membership statistics, serialization
+//! study, evolution, negative controls) on known data.
+//!
+//! The pdflatex and Chromium checks skip with a notice when the tools are absent, unless
+//! TABCONTAM_REQUIRE_REPORT_TOOLS=1 (CI sets it; scripts/ci-install-report-tools.sh
+//! installs them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tabcontam::analyze::{Analysis, Options, analyze_store};
+use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, Response};
+use tabcontam::probe::{CellResult, Expected, TestId, TrialVerdict, aggregate};
+use tabcontam::report::{self, Format};
+use tabcontam::store::{CellRow, DatasetRow, ModelRow, OWN_SOURCE, Store, TrialRow};
+
+/// What a hostile model (or spec author) might write.
+const SCRIPT: &str = "<script>alert(1)</script>";
+const IMG: &str = "<img src=x onerror=alert(3)>";
+const INPUT: &str = r"\input{/etc/passwd}";
+const WRITE18: &str = r"\write18{touch /tmp/tabcontam-pwned}";
+const SPECIALS: &str = r#"$ & % _ # ^ ~ { } ^^5c [x], "q""#;
+
+const EVIL_ID: &str = "m<script>alert(1)</script>";
+const EVIL_DATASET: &str = "evil<ds>";
+const OLD_ID: &str = "old-model";
+
+fn evil_label() -> String {
+    format!("{SCRIPT} {INPUT} {WRITE18} {SPECIALS}")
+}
+
+fn evil_output(n: usize) -> String {
+    format!("OUTPUT {n} {SCRIPT} {INPUT} {WRITE18} {SPECIALS} {IMG}\nsecond line \u{1F600} — end")
+}
+
+/// `text` as askama's HTML escaper writes it.
+fn escaped_html(text: &str) -> String {
+    text.replace('&', "&#38;")
+        .replace('<', "&#60;")
+        .replace('>', "&#62;")
+        .replace('"', "&#34;")
+        .replace('\'', "&#39;")
+}
+
+fn model(id: &str, label: &str, release: &str, cutoff: &str) -> ModelRow {
+    ModelRow {
+        id: id.to_string(),
+        label: label.to_string(),
+        family: Some("fam".to_string()),
+        identity: ModelIdentity {
+            backend: BackendKind::OpenaiCompatible,
+            model: id.to_string(),
+            revision: "r1".to_string(),
+        },
+        release_date: Some(release.to_string()),
+        training_cutoff: Some(cutoff.to_string()),
+        updated_at: None,
+    }
+}
+
+/// Whether `model` passes contamination test `test` on `dataset` in the synthetic cache.
+fn detected(model: &str, dataset: &str, test: TestId, serialization: Option<&str>) -> bool {
+    let n = test.number();
+    if model == OLD_ID {
+        return dataset == "iris" && n == 1;
+    }
+    // The evil model: knowledge on every dataset (thyroid too: released after its cut-off),
+    // recognition from rows only under the default template.
+    n <= 3 || (n == 4 && serialization == Some("the-is")) || (dataset == "iris" && n == 8)
+}
+
+/// A cache with two models of one family, three datasets and every test.
+fn build_cache(path: &Path) {
+    let mut store = Store::open(path).unwrap();
+    store
+        .upsert_model(&model(EVIL_ID, &evil_label(), "2024-03-01", "2021-06"))
+        .unwrap();
+    store
+        .upsert_model(&model(OLD_ID, "Old model", "2023-01", "2021-01"))
+        .unwrap();
+    store
+        .upsert_dataset(&DatasetRow {
+            id: EVIL_DATASET.to_string(),
+            name: format!("{IMG} {INPUT}"),
+            variant: None,
+            checksum: "0".into(),
+            updated_at: None,
+        })
+        .unwrap();
+    let run = store.begin_run("synthetic", "# synthetic").unwrap();
+    let mut requests = Vec::new();
+    let mut trials = Vec::new();
+    let mut cells = Vec::new();
+    for (model_id, _) in [(EVIL_ID, ()), (OLD_ID, ())] {
+        for dataset in ["iris", "thyroid", EVIL_DATASET] {
+            for test in TestId::ALL {
+                let mut serializations = vec![test.serializes_rows().then(|| "the-is".to_string())];
+                if test == TestId::RecognitionExamples && model_id == EVIL_ID {
+                    serializations.push(Some("equals".to_string()));
+                }
+                for serialization in serializations {
+                    let count = match test {
+                        TestId::Membership => 20,
+                        TestId::Classify0Shot | TestId::Classify1Shot => 10,
+                        _ => 1,
+                    };
+                    let mut verdicts = Vec::new();
+                    for trial in 0..count {
+                        let verdict = match test.number() {
+                            // Membership: 14 of 20 correct, 2 invalid; classification 6 of 10.
+                            10 => TrialVerdict {
+                                passed: trial < 14,
+                                invalid: trial >= 18,
+                            },
+                            11 | 12 => TrialVerdict {
+                                passed: trial < 6,
+                                invalid: trial == 9,
+                            },
+                            _ => TrialVerdict {
+                                passed: detected(model_id, dataset, test, serialization.as_deref()),
+                                invalid: false,
+                            },
+                        };
+                        let request = Request {
+                            model: ModelIdentity {
+                                backend: BackendKind::OpenaiCompatible,
+                                model: model_id.to_string(),
+                                revision: "r1".to_string(),
+                            },
+                            api: ApiMode::Chat,
+                            prompt: format!("{dataset} {test} {serialization:?} {trial}"),
+                            params: GenerationParams {
+                                max_tokens: 16,
+                                temperature: 0.0,
+                                top_p: None,
+                                seed: Some(0),
+                                stop: vec![],
+                            },
+                            sample: 0,
+                        };
+                        let response = Response {
+                            text: evil_output(requests.len()),
+                            finish_reason: Some("stop".into()),
+                            prompt_tokens: Some(10),
+                            completion_tokens: Some(10),
+                            latency_ms: 1,
+                        };
+                        trials.push(TrialRow {
+                            model: model_id.to_string(),
+                            dataset: dataset.to_string(),
+                            test,
+                            serialization: serialization.clone(),
+                            seed: 0,
+                            trial,
+                            request_key: request.key(),
+                            note: None,
+                            expected: Expected::Choice {
+                                choices: vec!["Yes".into(), "No".into()],
+                                correct: 0,
+                            },
+                            verdict,
+                            run_id: None,
+                        });
+                        requests.push((request, response));
+                        verdicts.push(verdict);
+                    }
+                    let result: CellResult = aggregate(test, &verdicts);
+                    cells.push(CellRow {
+                        source: OWN_SOURCE.to_string(),
+                        model: model_id.to_string(),
+                        dataset: dataset.to_string(),
+                        test,
+                        serialization,
+                        seed: 0,
+                        result,
+                        skipped: None,
+                        run_id: None,
+                    });
+                }
+            }
+        }
+    }
+    store
+        .put_responses(requests.iter().map(|(q, r)| (q, r)))
+        .unwrap();
+    store.put_trials(run, &trials).unwrap();
+    store.put_cells(run, &cells).unwrap();
+}
+
+fn synthetic() -> (tempfile::TempDir, PathBuf, Analysis) {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache.sqlite");
+    build_cache(&cache);
+    let store = Store::open_read_only(&cache).unwrap();
+    let analysis = analyze_store(&store, &Options::default()).unwrap();
+    (tmp, cache, analysis)
+}
+
+fn rendered(analysis: &Analysis, name: &str) -> String {
+    let files = report::render(
+        analysis,
+        &[Format::Json, Format::Html, Format::Latex, Format::Csv],
+        &Default::default(),
+    )
+    .unwrap();
+    files
+        .into_iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("{name} not rendered"))
+        .contents
+}
+
+#[test]
+fn analytics_on_known_data() {
+    let (_tmp, _cache, a) = synthetic();
+    assert_eq!(a.series.len(), 2);
+    let evil = &a.series[0];
+    assert_eq!(evil.key.model, EVIL_ID, "ranked first: more contamination");
+    // Tests 1–3 on 3 datasets, test 4 (the-is) on 3, test 8 on iris: 13 of 27.
+    assert_eq!((evil.passed, evil.cells, evil.datasets), (13, 27, 3));
+    let membership = evil.membership.as_ref().unwrap();
+    assert_eq!(
+        (membership.trials, membership.correct, membership.invalid),
+        (60, 42, 6)
+    );
+    assert!((membership.mean - 0.7).abs() < 1e-12);
+    assert!((membership.invalid_rate - 0.1).abs() < 1e-12);
+    let p = membership.p_value.unwrap();
+    assert!(
+        p > 0.0015 && p < 0.0027,
+        "binomtest(42, 60) ≈ 0.0021, got {p}"
+    );
+    let interval = membership.interval.unwrap();
+    assert!(interval.low < 0.7 && interval.high > 0.7);
+    assert_eq!(evil.zero_shot.as_ref().unwrap().mean, 0.6);
+
+    // Serialization study: test 4 passes under the-is and not under equals, on 3 datasets.
+    assert_eq!(a.serialization.summaries.len(), 1);
+    assert_eq!(
+        (
+            a.serialization.summaries[0].compared,
+            a.serialization.summaries[0].changed
+        ),
+        (3, 3)
+    );
+    let change = &a.serialization.changes[0];
+    assert_eq!(
+        (change.passed_with.clone(), change.failed_with.clone()),
+        (vec!["the-is".to_string()], vec!["equals".to_string()])
+    );
+
+    // Evolution: old (2023-01) → evil (2024-03) in family "fam".
+    assert_eq!(a.evolution.len(), 1);
+    let step = &a.evolution[0];
+    assert_eq!(
+        (step.from.model.as_str(), step.to.model.as_str()),
+        (OLD_ID, EVIL_ID)
+    );
+    assert_eq!(
+        step.gained.len(),
+        12,
+        "13 passed cells minus the one both pass"
+    );
+    assert!(step.lost.is_empty());
+    assert!((step.delta.unwrap() - 12.0 / 27.0).abs() < 1e-12);
+
+    // Negative controls: thyroid (released 2023) is after both cut-offs; the evil model's
+    // knowledge cells there are suspected false positives.
+    assert_eq!(a.negative_controls.eligible.len(), 2);
+    assert_eq!(
+        a.negative_controls.suspected.len(),
+        4,
+        "tests 1–4 on thyroid"
+    );
+    assert!(
+        a.negative_controls
+            .suspected
+            .iter()
+            .all(|s| s.dataset == "thyroid" && s.key.model == EVIL_ID)
+    );
+
+    // Examples: one per model and test, a passed one when there is one.
+    assert_eq!(a.examples.len(), 24);
+    assert!(a.examples.iter().any(|e| e.output.contains(SCRIPT)));
+    let corr = a
+        .correlations
+        .iter()
+        .find(|c| c.against == "zero_shot")
+        .unwrap();
+    assert_eq!(corr.n, 2);
+}
+
+#[test]
+fn untrusted_text_prints_literally_in_every_format() {
+    let (_tmp, _cache, a) = synthetic();
+
+    let html = rendered(&a, "report.html");
+    assert!(
+        !html.to_lowercase().contains("<script"),
+        "no script element, ever"
+    );
+    assert!(!html.contains("<img"), "no element from untrusted text");
+    assert!(
+        html.contains(&escaped_html(SCRIPT)),
+        "the payload is shown as text"
+    );
+    assert!(html.contains(r"\input{/etc/passwd}") && html.contains(r"\write18{touch"));
+    assert!(html.contains(&escaped_html(IMG)));
+    for attribute in ["src=\"", "href=\"http", "url(", "@import"] {
+        assert!(
+            !html.contains(attribute),
+            "no external asset: found `{attribute}`"
+        );
+    }
+    assert!(html.contains(r#"<meta name="viewport""#));
+
+    let tex = rendered(&a, "report.tex");
+    assert!(
+        !tex.contains(INPUT) && !tex.contains(r"\write18"),
+        "no TeX command from untrusted text"
+    );
+    assert!(!tex.contains("^^"), "no ^^ character codes");
+    assert!(tex.contains(r"\textbackslash{}input\{/etc/passwd\}"));
+    assert!(
+        tex.contains(r"\textless{}script\textgreater{}alert(1)\textless{}/script\textgreater{}")
+    );
+    assert!(tex.contains(
+        r"\ensuremath{\mathdollar} \& \% \_ \# \textasciicircum{} \textasciitilde{} \{ \}"
+    ));
+    assert!(
+        tex.contains("[U+1F600]"),
+        "characters pdflatex cannot print show as code points"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&rendered(&a, "scores.json")).unwrap();
+    assert_eq!(json["models"][0]["id"], EVIL_ID);
+    assert_eq!(json["models"][0]["label"], evil_label());
+    assert!(
+        json["examples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["output"].as_str().unwrap().contains(INPUT))
+    );
+
+    let csv = rendered(&a, "scores.csv");
+    assert!(
+        csv.contains(&format!("\"{}\"", evil_label().replace('"', "\"\""))),
+        "fields with commas or quotes are quoted: {csv}"
+    );
+
+    // Snippet names come from model ids: no path separators.
+    let files = report::render(&a, &[Format::Latex], &Default::default()).unwrap();
+    for f in &files {
+        assert!(
+            !f.name.contains('/') && !f.name.starts_with('.'),
+            "{}",
+            f.name
+        );
+    }
+    assert!(
+        files
+            .iter()
+            .any(|f| f.name == "heatmap-m-script-alert-1---script-.tex"),
+        "{:?}",
+        files.iter().map(|f| &f.name).collect::<Vec<_>>()
+    );
+}
+
+/// A report tool on PATH, or `None` after a notice (a failure when CI requires the tools).
+fn tool(candidates: &[&str]) -> Option<PathBuf> {
+    let found = candidates.iter().find_map(|name| {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(name))
+                .find(|p| p.is_file())
+        })
+    });
+    if found.is_none() {
+        let message = format!(
+            "{} not found (install with scripts/ci-install-report-tools.sh)",
+            candidates.join(" / ")
+        );
+        if std::env::var("TABCONTAM_REQUIRE_REPORT_TOOLS").is_ok_and(|v| v == "1") {
+            panic!("{message}; TABCONTAM_REQUIRE_REPORT_TOOLS=1 requires it");
+        }
+        eprintln!("SKIPPED: {message}");
+    }
+    found
+}
+
+fn write_report(dir: &Path, analysis: &Analysis) {
+    let files = report::render(
+        analysis,
+        &[Format::Html, Format::Latex],
+        &Default::default(),
+    )
+    .unwrap();
+    report::write(dir, &files).unwrap();
+}
+
+#[test]
+fn report_tex_compiles_with_pdflatex_and_includes_nothing() {
+    let Some(pdflatex) = tool(&["pdflatex"]) else {
+        return;
+    };
+    let (tmp, _cache, a) = synthetic();
+    let dir = tmp.path().join("out");
+    write_report(&dir, &a);
+    let output = Command::new(pdflatex)
+        .args([
+            "-no-shell-escape",
+            "-interaction=nonstopmode",
+            "-halt-on-error",
+            "report.tex",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let log = std::fs::read_to_string(dir.join("report.log")).unwrap_or_default();
+    assert!(
+        output.status.success(),
+        "pdflatex failed:\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert!(dir.join("report.pdf").is_file());
+    // TeX logs every file it opens as `(path`; overfull-box warnings may quote the text.
+    assert!(!log.contains("(/etc/passwd"), "a file was read:\n{log}");
+    assert!(
+        !log.contains("runsystem"),
+        "a shell escape was attempted:\n{log}"
+    );
+    assert!(!Path::new("/tmp/tabcontam-pwned").exists());
+    // Only the outline fonts every TeX Live has: no bitmap font built by mktexpk (slow, and
+    // needs METAFONT on the machine).
+    assert!(!log.contains("pk>"), "bitmap fonts were generated:\n{log}");
+
+    // The snippets compile inside a paper.
+    let paper = r"\documentclass{article}\usepackage{booktabs}\usepackage{tikz}\begin{document}\input{table2.tex}\input{heatmap-old-model.tex}\end{document}";
+    std::fs::write(dir.join("paper.tex"), paper).unwrap();
+    let output = Command::new("pdflatex")
+        .args([
+            "-no-shell-escape",
+            "-interaction=nonstopmode",
+            "-halt-on-error",
+            "paper.tex",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "snippets failed:\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
+#[test]
+fn report_html_loads_in_chromium_without_console_errors() {
+    let Some(chromium) = tool(&["chromium", "chromium-browser", "google-chrome"]) else {
+        return;
+    };
+    let (tmp, _cache, a) = synthetic();
+    let dir = tmp.path().join("out");
+    write_report(&dir, &a);
+    let profile = tmp.path().join("profile");
+    let url = format!("file://{}", dir.join("report.html").display());
+    // Console messages (errors, CSP violations, anything a script would print) are logged
+    // to stderr as `…:CONSOLE…` lines; the DOM after load shows what was parsed.
+    let output = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(&url)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let dom = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "chromium failed: {stderr}");
+    let console: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(":CONSOLE") || l.contains("Uncaught"))
+        .collect();
+    assert!(console.is_empty(), "console messages: {console:#?}");
+    assert!(dom.contains("Table 2"), "the page rendered: {dom:.200}");
+    assert!(
+        !dom.to_lowercase().contains("<script"),
+        "no script element in the DOM"
+    );
+    assert!(!dom.contains("<img"), "no img element in the DOM");
+    assert!(
+        dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "the payload is text in the DOM"
+    );
+}
+
+#[test]
+fn same_cache_gives_byte_identical_reports() {
+    let (tmp, cache, _a) = synthetic();
+    let run = |out: &Path, extra: &[&str]| {
+        let status = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
+            .arg("report")
+            .arg("--cache")
+            .arg(&cache)
+            .arg("--out")
+            .arg(out)
+            .args(extra)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let (first, second) = (tmp.path().join("first"), tmp.path().join("second"));
+    run(&first, &[]);
+    run(&second, &[]);
+    let mut names: Vec<_> = std::fs::read_dir(&first)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "{names:?}");
+    for name in &names {
+        let (a, b) = (
+            std::fs::read(first.join(name)).unwrap(),
+            std::fs::read(second.join(name)).unwrap(),
+        );
+        assert!(
+            a == b,
+            "{name:?} differs between two reports of the same cache"
+        );
+    }
+    let stamped = tmp.path().join("stamped");
+    run(&stamped, &["--timestamp", "--format", "json"]);
+    let json = std::fs::read_to_string(stamped.join("scores.json")).unwrap();
+    assert!(json.contains("\"generated_at\""));
+    assert!(
+        !std::fs::read_to_string(first.join("scores.json"))
+            .unwrap()
+            .contains("generated_at")
+    );
+}
+
+#[test]
+fn report_without_cache_says_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
+        .args(["report", "--cache"])
+        .arg(tmp.path().join("missing.sqlite"))
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("missing.sqlite") && stderr.contains("import-results"),
+        "{stderr}"
+    );
+}
