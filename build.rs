@@ -21,7 +21,19 @@ fn main() {
     // Report templates are compiled in by askama; edits must rebuild.
     println!("cargo:rerun-if-changed=templates");
 
-    let dir = match locate_libduckdb() {
+    // On a fresh machine the library is fetched once by the project's own script (npm
+    // registry), so `cargo build` works with nothing installed by hand.
+    let located = locate_libduckdb().or_else(|_| {
+        let script = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap_or_default())
+            .join("scripts/ci-install-duckdb.sh");
+        println!("cargo:warning=libduckdb.so not found; running {}", script.display());
+        let status = std::process::Command::new("bash").arg(&script).status();
+        if !matches!(status, Ok(s) if s.success()) {
+            println!("cargo:warning={} failed: {status:?}", script.display());
+        }
+        locate_libduckdb()
+    });
+    let dir = match located {
         Ok(dir) => dir,
         Err(looked_in) => {
             // A build-script panic prints this message as the build error.

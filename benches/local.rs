@@ -234,20 +234,32 @@ fn main() {
             / stats_with.prompt_tokens_processed.max(1) as f64
     );
 
-    // One prompt at a time, no reuse: the plain decoding speed.
+    // One prompt at a time, no reuse: the plain decoding speed, prompt included and
+    // without it (the same prompts' prefill timed alone with one new token).
     model.set_batching(1, false);
+    let single_prompts = &refs[..2.min(count)];
+    let first_token = GenerationParams {
+        max_tokens: 1,
+        ..params.clone()
+    };
+    let started = Instant::now();
+    model
+        .generate_batch(single_prompts, &first_token, 0)
+        .expect("generate");
+    let prefill_seconds = started.elapsed().as_secs_f64();
     model.reset_stats();
     let started = Instant::now();
     model
-        .generate_batch(&refs[..2.min(count)], &params, 0)
+        .generate_batch(single_prompts, &params, 0)
         .expect("generate");
     let single_seconds = started.elapsed().as_secs_f64();
     let single = model.stats();
     println!(
-        "single prompt, no reuse: {:.1} tokens/s ({} tokens, {:.2} s, prompt included)",
+        "single prompt, no reuse: {:.1} tokens/s with its {}-token prompt, {:.1} tokens/s decoding alone",
         single.tokens_generated as f64 / single_seconds,
-        single.tokens_generated,
-        single_seconds
+        single.prompt_tokens_processed / single_prompts.len() as u64,
+        (single.tokens_generated - single_prompts.len() as u64) as f64
+            / (single_seconds - prefill_seconds).max(1e-9)
     );
 
     let ours = stats_with.tokens_generated as f64 / seconds_with;

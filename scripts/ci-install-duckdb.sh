@@ -29,8 +29,12 @@ case "$(uname -s)-$(uname -m)" in
         ;;
 esac
 if ! command -v npm >/dev/null 2>&1; then
-    echo "error: npm is needed to fetch $NPM_PACKAGE (apt-get install npm)" >&2
-    exit 1
+    # The machines ship Node.js and npm; Debian's npm is the fallback.
+    echo "npm missing: installing Debian's npm"
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm >/dev/null
 fi
 
 work="$(mktemp -d)"

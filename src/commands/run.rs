@@ -12,6 +12,8 @@ use crate::llm::client::Client;
 use crate::llm::{BackendKind, Request, RequestKey};
 use crate::run::decide::decide;
 use crate::run::execute::{ModelProgress, ModelWork, send_all};
+use crate::run::local_exec::{ensure_weights, send_local, weights_path};
+use crate::run::spec::Spec;
 use crate::run::session::prepare;
 use crate::store::{ModelRow, RunCounts, RunStatus, Store};
 
@@ -33,6 +35,28 @@ struct RunSummary {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // Local weights first: their digest is part of every request key.
+    let spec_dir = args.spec.parent().unwrap_or(std::path::Path::new(".")).to_path_buf();
+    let mut local_weights: HashMap<String, std::path::PathBuf> = HashMap::new();
+    for model in &Spec::load(&args.spec)?.models {
+        if model.backend != BackendKind::Local || (!args.models.is_empty() && !args.models.contains(&model.id)) {
+            continue;
+        }
+        let path = weights_path(model, &spec_dir);
+        let path = if path.exists() {
+            path
+        } else if args.offline {
+            anyhow::bail!(
+                "{}: model `{}`: weights not found at {} and --offline forbids downloading them; run once without --offline",
+                args.spec.display(),
+                model.id,
+                path.display()
+            );
+        } else {
+            ensure_weights(model, &spec_dir)?
+        };
+        local_weights.insert(model.id.clone(), path);
+    }
     let prepared = prepare(&args.spec, args.data.data_dir.as_deref(), &args.models)?;
     let spec = &prepared.spec;
     let plan = &prepared.plan;
@@ -48,6 +72,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let mut work = Vec::new();
+    let mut local_work: Vec<(usize, Vec<Request>)> = Vec::new();
     let mut cached_per_model = Vec::new();
     let mut offline_missing = 0u64;
     for (index, model) in spec.models.iter().enumerate() {
@@ -61,11 +86,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         if !remote {
-            anyhow::bail!(
-                "{}: model `{}` uses backend = \"local\", which this build cannot run yet; serve the weights with an OpenAI-compatible server (llama.cpp, vLLM) and use backend = \"openai-compatible\"",
-                args.spec.display(),
-                model.id
-            );
+            // Local inference needs no network: it runs offline too.
+            let requests = missing.iter().map(|key| plan.request(spec, &plan.requests[*key])).collect();
+            local_work.push((index, requests));
+            continue;
         }
         let client = Client::new(spec.client_config(model))
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.spec.display()))?;
@@ -106,7 +130,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         store.upsert_dataset(row)?;
     }
     let run_id = store.begin_run(&spec.name, &spec.text)?;
-    let to_send: u64 = work.iter().map(|w| w.requests.len() as u64).sum();
+    let to_send: u64 = work.iter().map(|w| w.requests.len() as u64).sum::<u64>()
+        + local_work.iter().map(|(_, r)| r.len() as u64).sum::<u64>();
     let show_progress = !args.quiet && !args.json && std::io::stderr().is_terminal();
     if !args.json {
         eprintln!(
@@ -118,11 +143,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             if offline_missing > 0 { format!(", {offline_missing} missing (offline)") } else { String::new() }
         );
     }
-    let (mut store, outcome) = if work.is_empty() {
+    let (mut store, mut outcome) = if work.is_empty() {
         (store, Default::default())
     } else {
         send_all(store, run_id, work, &cached_per_model, show_progress)?
     };
+    for (index, requests) in local_work {
+        if outcome.interrupted {
+            break;
+        }
+        let model = &spec.models[index];
+        let started = std::time::Instant::now();
+        let (progress, interrupted) =
+            send_local(&mut store, run_id, model, &local_weights[&model.id], requests, show_progress)?;
+        outcome.wall += started.elapsed();
+        outcome.interrupted |= interrupted;
+        outcome.per_model.insert(model.id.clone(), progress);
+    }
 
     let mut counts = RunCounts { requests: keys.len() as u64, cached: cached.len() as u64, ..Default::default() };
     for p in outcome.per_model.values() {

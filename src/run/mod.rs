@@ -3,6 +3,7 @@
 
 pub mod decide;
 pub mod execute;
+pub mod local_exec;
 pub mod plan;
 pub mod session;
 pub mod spec;

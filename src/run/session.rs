@@ -11,6 +11,9 @@ use crate::dataset::catalog::{Catalog, blake3_hex};
 use crate::probe::PromptPack;
 use crate::store::DatasetRow;
 
+/// Revision prefix of local models whose weights are not on disk yet.
+pub const NOT_DOWNLOADED: &str = "not-downloaded:";
+
 /// Everything a command needs before it looks at the cache.
 pub struct Prepared {
     pub spec: Spec,
@@ -72,7 +75,21 @@ pub fn prepare(spec_path: &Path, data_dir: Option<&Path>, only_models: &[String]
         }
     }
     release_freed_memory();
-    let identities = spec.models.iter().map(|m| identity(m, None)).collect();
+    let spec_dir = spec_path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let identities = spec
+        .models
+        .iter()
+        .map(|m| {
+            if m.backend != crate::llm::BackendKind::Local {
+                return Ok(identity(m, None));
+            }
+            // Local weights are identified by their digest; weights not downloaded yet get
+            // a placeholder that matches nothing in the cache.
+            let revision = super::local_exec::local_revision(m, &spec_dir)?
+                .unwrap_or_else(|| format!("{}{}", NOT_DOWNLOADED, m.id));
+            Ok(identity(m, Some(&revision)))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let plan = assemble_plan(&spec, identities, &built)?;
     Ok(Prepared { spec, datasets, plan })
 }

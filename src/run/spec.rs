@@ -68,6 +68,12 @@ pub struct ModelSpec {
     pub headers: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub anthropic_version: Option<String>,
+    /// Local models: prompts decoded together (bounds memory; default 8).
+    #[serde(default)]
+    pub max_batch: Option<usize>,
+    /// Local models: wrap prompts in the model's chat template (off: the paper's raw prompt).
+    #[serde(default)]
+    pub chat_template: bool,
     /// Sampling temperature (0 = greedy, SPEC §5 default).
     #[serde(default)]
     pub temperature: f64,

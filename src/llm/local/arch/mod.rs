@@ -269,7 +269,6 @@ impl GgufHparams {
             activation: Activation::Silu,
             gated_mlp: true,
             parallel_block: false,
-            sandwich_norms: false,
             scale_embeddings: false,
             attn_scale: 1.0 / (self.head_dim as f64).sqrt(),
             attn_softcap: None,
