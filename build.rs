@@ -26,7 +26,10 @@ fn main() {
     let located = locate_libduckdb().or_else(|_| {
         let script = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap_or_default())
             .join("scripts/ci-install-duckdb.sh");
-        println!("cargo:warning=libduckdb.so not found; running {}", script.display());
+        println!(
+            "cargo:warning=libduckdb.so not found; running {}",
+            script.display()
+        );
         let status = std::process::Command::new("bash").arg(&script).status();
         if !matches!(status, Ok(s) if s.success()) {
             println!("cargo:warning={} failed: {status:?}", script.display());

@@ -4,7 +4,8 @@ export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", env_var("HOME"
 
 # The main job on the embedded defaults (see README).
 demo:
-    cargo run --release -- parity ../shared/parity
+    cargo run --release -- run experiments/demo.toml
+    cargo run --release -- report
 
 # The test suite, exactly as CI runs it.
 test:
@@ -12,8 +13,13 @@ test:
 
 # Benchmarks named in the issues.
 bench:
-    cargo run --release -- --help > /dev/null
-    @echo "benchmarks arrive with the tracker (see README § Benchmarks)"
+    cargo bench --bench tracker
+    cargo bench --bench report
+    cargo bench --bench local
+
+# Decision parity with the authors' logged verdicts.
+parity:
+    cargo run --release -- parity ../shared/parity
 
 fmt:
     cargo fmt --all

@@ -26,7 +26,10 @@ use tabcontam::run::session::prepare;
 use tabcontam::store::Store;
 
 fn main() {
-    let which: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let which: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let wants = |name: &str| which.is_empty() || which.iter().any(|w| w == name);
     if wants("cached") {
         bench_cached();
@@ -47,10 +50,20 @@ fn synthetic_answer(expected: &Expected, n: usize) -> String {
     match expected {
         Expected::Choice { choices, .. } => format!("{}.", choices[n % choices.len()]),
         Expected::Words { words } => {
-            let listed: Vec<String> = words.iter().take(1 + n % 4).map(|w| format!("{w:?}")).collect();
+            let listed: Vec<String> = words
+                .iter()
+                .take(1 + n % 4)
+                .map(|w| format!("{w:?}"))
+                .collect();
             format!("[{}, 'other_feature']", listed.join(", "))
         }
-        Expected::Names { names } => if n % 2 == 0 { names[0].clone() } else { "a census dataset".into() },
+        Expected::Names { names } => {
+            if n.is_multiple_of(2) {
+                names[0].clone()
+            } else {
+                "a census dataset".into()
+            }
+        }
         Expected::Row { fields, .. } => fields
             .iter()
             .map(|(name, value)| format!("The {name} is {value:?}"))
@@ -62,13 +75,18 @@ fn synthetic_answer(expected: &Expected, n: usize) -> String {
 fn bench_cached() {
     let data = paper_data();
     if !data.is_dir() {
-        println!("cached: SKIP ({} not found; set TABCONTAM_PAPER_DATA)", data.display());
+        println!(
+            "cached: SKIP ({} not found; set TABCONTAM_PAPER_DATA)",
+            data.display()
+        );
         return;
     }
     let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/paper.toml");
     let dir = tempfile::tempdir().unwrap();
     // TABCONTAM_BENCH_CACHE keeps the seeded cache for profiling.
-    let cache = std::env::var_os("TABCONTAM_BENCH_CACHE").map(PathBuf::from).unwrap_or_else(|| dir.path().join("paper.sqlite"));
+    let cache = std::env::var_os("TABCONTAM_BENCH_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.path().join("paper.sqlite"));
     let _ = std::fs::remove_file(&cache);
     let seed_start = Instant::now();
     let prepared = prepare(&spec, Some(&data), &[]).unwrap();
@@ -90,7 +108,9 @@ fn bench_cached() {
             (request, response)
         })
         .collect();
-    store.put_responses(requests.iter().map(|(q, r)| (q, r))).unwrap();
+    store
+        .put_responses(requests.iter().map(|(q, r)| (q, r)))
+        .unwrap();
     drop(store);
     drop(prepared);
     println!(
@@ -105,7 +125,14 @@ fn bench_cached() {
     for _ in 0..3 {
         let started = Instant::now();
         let output = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .args(["run", spec.to_str().unwrap(), "--offline", "--quiet", "--json", "--cache"])
+            .args([
+                "run",
+                spec.to_str().unwrap(),
+                "--offline",
+                "--quiet",
+                "--json",
+                "--cache",
+            ])
             .arg(&cache)
             .arg("--data-dir")
             .arg(&data)
@@ -113,7 +140,11 @@ fn bench_cached() {
             .output()
             .unwrap();
         let wall = started.elapsed();
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         assert_eq!(summary["missing"], 0);
         assert_eq!(summary["counts"]["sent"], 0);
@@ -124,7 +155,10 @@ fn bench_cached() {
     println!(
         "cached: full paper spec, every response cached: `run --offline` best of 3 = {:.2} s (runs: {}), {} trials decided, peak RSS {:.0} MB (targets ≤ 2 s, ≤ 200 MB)",
         best.as_secs_f64(),
-        runs.iter().map(|(w, _)| format!("{:.2}", w.as_secs_f64())).collect::<Vec<_>>().join(", "),
+        runs.iter()
+            .map(|(w, _)| format!("{:.2}", w.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", "),
         runs[0].1,
         peak_mb
     );
@@ -143,10 +177,22 @@ fn peak_child_rss_kb() -> i64 {
 fn requests(n: usize, tag: &str) -> Vec<Request> {
     (0..n)
         .map(|i| Request {
-            model: ModelIdentity { backend: BackendKind::OpenaiCompatible, model: "bench".into(), revision: "r".into() },
+            model: ModelIdentity {
+                backend: BackendKind::OpenaiCompatible,
+                model: "bench".into(),
+                revision: "r".into(),
+            },
             api: ApiMode::Completions,
-            prompt: format!("{tag} benchmark prompt number {i}: The age is 39, The workclass is State-gov,"),
-            params: GenerationParams { max_tokens: 16, temperature: 0.0, top_p: None, seed: Some(0), stop: vec![] },
+            prompt: format!(
+                "{tag} benchmark prompt number {i}: The age is 39, The workclass is State-gov,"
+            ),
+            params: GenerationParams {
+                max_tokens: 16,
+                temperature: 0.0,
+                top_p: None,
+                seed: Some(0),
+                stop: vec![],
+            },
             sample: 0,
         })
         .collect()
@@ -161,7 +207,8 @@ fn bench_throughput() {
     let mut config = MockConfig::new().latency(LATENCY);
     config.record_bodies = false;
     let server = runtime.block_on(MockServer::start(config));
-    let mut client_config = server.client_config(BackendKind::OpenaiCompatible, ApiMode::Completions, "bench");
+    let mut client_config =
+        server.client_config(BackendKind::OpenaiCompatible, ApiMode::Completions, "bench");
     client_config.concurrency = SLOTS;
     client_config.timeout_s = 30.0;
 
@@ -187,7 +234,11 @@ fn bench_throughput() {
     let mut store = store;
     let run = store.begin_run("bench", "").unwrap();
     let client = Client::new(client_config).unwrap();
-    let work = vec![ModelWork { id: "bench".into(), client, requests: requests(N, "concurrent") }];
+    let work = vec![ModelWork {
+        id: "bench".into(),
+        client,
+        requests: requests(N, "concurrent"),
+    }];
     let started = Instant::now();
     let (store, outcome) = send_all(store, run, work, &[0], false).unwrap();
     let wall = started.elapsed();

@@ -38,7 +38,12 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct CacheArgs {
     /// SQLite cache of prompts, responses, runs and verdicts.
-    #[arg(long, env = "TABCONTAM_CACHE", value_name = "FILE", default_value = "cache/tabcontam.sqlite")]
+    #[arg(
+        long,
+        env = "TABCONTAM_CACHE",
+        value_name = "FILE",
+        default_value = "cache/tabcontam.sqlite"
+    )]
     pub cache: PathBuf,
 }
 
@@ -226,7 +231,12 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub cache: CacheArgs,
     /// Comma-separated formats.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "json,html,latex,csv")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "json,html,latex,csv"
+    )]
     pub format: Vec<ReportFormat>,
     /// Output folder (created when missing; files of the same names are replaced).
     #[arg(long, default_value = "reports", value_name = "DIR")]

@@ -12,5 +12,5 @@ pub mod decide;
 pub mod llm;
 pub mod probe;
 pub mod report;
-pub mod store;
 pub mod run;
+pub mod store;

@@ -22,7 +22,10 @@ struct Env {
 
 impl Env {
     fn new() -> Self {
-        Self { dir: tempfile::tempdir().unwrap(), runtime: tokio::runtime::Runtime::new().unwrap() }
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            runtime: tokio::runtime::Runtime::new().unwrap(),
+        }
     }
 
     fn server(&self, config: MockConfig) -> MockServer {
@@ -54,12 +57,21 @@ impl Env {
     }
 }
 
-fn spec_body(url: &str, models: &[&str], serializations: &[&str], extra_model_keys: &str) -> String {
+fn spec_body(
+    url: &str,
+    models: &[&str],
+    serializations: &[&str],
+    extra_model_keys: &str,
+) -> String {
     let mut body = format!(
         "name = \"mini\"\nseed = 0\ndatasets = [\"iris\", \"titanic\"]\n\
          tests = [\"feature-list-uninformed\", \"recognition-features\", \"membership\", \"incomplete-completion\"]\n\
          serializations = [{}]\n",
-        serializations.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")
+        serializations
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     for model in models {
         body.push_str(&format!(
@@ -72,7 +84,10 @@ fn spec_body(url: &str, models: &[&str], serializations: &[&str], extra_model_ke
 }
 
 fn text(output: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 fn json(output: &Output) -> serde_json::Value {
@@ -86,7 +101,16 @@ fn verdicts(cache: &Path) -> Vec<(String, String, String, Option<String>, u32, b
         .trials()
         .unwrap()
         .into_iter()
-        .map(|t| (t.model, t.dataset, t.test.id().to_string(), t.serialization, t.trial, t.verdict.passed))
+        .map(|t| {
+            (
+                t.model,
+                t.dataset,
+                t.test.id().to_string(),
+                t.serialization,
+                t.trial,
+                t.verdict.passed,
+            )
+        })
         .collect();
     rows.sort();
     rows
@@ -98,15 +122,30 @@ const TOTAL: u64 = 424; // 2 datasets × (1 + 1 + 2 × 100 + 2 × 5)
 fn run_caches_everything_and_a_rerun_sends_nothing() {
     let env = Env::new();
     let server = env.server(MockConfig::new());
-    let spec = env.spec("mini", &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""));
+    let spec = env.spec(
+        "mini",
+        &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""),
+    );
     let cache = env.cache();
     let cache_arg = cache.to_str().unwrap();
 
-    let plan = json(&env.run(&["plan", spec.to_str().unwrap(), "--cache", cache_arg, "--json"]));
+    let plan = json(&env.run(&[
+        "plan",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--json",
+    ]));
     assert_eq!(plan["to_send"], TOTAL);
     assert!(!cache.exists(), "plan must not create the cache");
 
-    let first = env.run(&["run", spec.to_str().unwrap(), "--cache", cache_arg, "--json"]);
+    let first = env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--json",
+    ]);
     assert!(first.status.success(), "{:?}", text(&first));
     let summary = json(&first);
     assert_eq!(summary["counts"]["sent"], TOTAL);
@@ -114,12 +153,28 @@ fn run_caches_everything_and_a_rerun_sends_nothing() {
     assert_eq!(summary["cells_decided"], 12);
     assert_eq!(server.request_count(), TOTAL);
 
-    let second = env.run(&["run", spec.to_str().unwrap(), "--cache", cache_arg, "--json"]);
+    let second = env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--json",
+    ]);
     assert!(second.status.success(), "{:?}", text(&second));
     assert_eq!(json(&second)["counts"]["cached"], TOTAL);
-    assert_eq!(server.request_count(), TOTAL, "a rerun of a finished spec sends 0 requests");
+    assert_eq!(
+        server.request_count(),
+        TOTAL,
+        "a rerun of a finished spec sends 0 requests"
+    );
 
-    let plan = json(&env.run(&["plan", spec.to_str().unwrap(), "--cache", cache_arg, "--json"]));
+    let plan = json(&env.run(&[
+        "plan",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--json",
+    ]));
     assert_eq!(plan["to_send"], 0);
     let status = json(&env.run(&["status", "--cache", cache_arg, "--json"]));
     assert_eq!(status["responses"], TOTAL);
@@ -131,8 +186,18 @@ fn run_caches_everything_and_a_rerun_sends_nothing() {
 fn offline_run_reports_missing_and_sends_nothing() {
     let env = Env::new();
     let server = env.server(MockConfig::new());
-    let spec = env.spec("mini", &spec_body(&server.url(), &["mock-base"], &["the-is"], ""));
-    let out = env.run(&["run", spec.to_str().unwrap(), "--cache", env.cache().to_str().unwrap(), "--offline", "--json"]);
+    let spec = env.spec(
+        "mini",
+        &spec_body(&server.url(), &["mock-base"], &["the-is"], ""),
+    );
+    let out = env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        env.cache().to_str().unwrap(),
+        "--offline",
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{:?}", text(&out));
     assert_eq!(json(&out)["missing"], 214);
     assert_eq!(server.request_count(), 0);
@@ -144,20 +209,48 @@ fn adding_a_model_or_a_serialization_sends_only_what_changed() {
     let server = env.server(MockConfig::new());
     let cache = env.cache();
     let cache_arg = cache.to_str().unwrap();
-    let one = env.spec("one", &spec_body(&server.url(), &["model-a"], &["the-is"], ""));
-    assert!(env.run(&["run", one.to_str().unwrap(), "--cache", cache_arg]).status.success());
+    let one = env.spec(
+        "one",
+        &spec_body(&server.url(), &["model-a"], &["the-is"], ""),
+    );
+    assert!(
+        env.run(&["run", one.to_str().unwrap(), "--cache", cache_arg])
+            .status
+            .success()
+    );
     assert_eq!(server.request_count(), 214);
 
     // A second serialization: tests 2 and 3 have no rows, their prompts are shared.
-    let two = env.spec("two", &spec_body(&server.url(), &["model-a"], &["the-is", "colon"], ""));
+    let two = env.spec(
+        "two",
+        &spec_body(&server.url(), &["model-a"], &["the-is", "colon"], ""),
+    );
     let out = env.run(&["run", two.to_str().unwrap(), "--cache", cache_arg, "--json"]);
     assert!(out.status.success(), "{:?}", text(&out));
-    assert_eq!(server.request_count(), 214 + 210, "only row prompts change with the template");
+    assert_eq!(
+        server.request_count(),
+        214 + 210,
+        "only row prompts change with the template"
+    );
 
     // A new checkpoint: only its own requests.
-    let three = env.spec("three", &spec_body(&server.url(), &["model-a", "model-b"], &["the-is", "colon"], ""));
+    let three = env.spec(
+        "three",
+        &spec_body(
+            &server.url(),
+            &["model-a", "model-b"],
+            &["the-is", "colon"],
+            "",
+        ),
+    );
     let before = server.request_count();
-    let out = env.run(&["run", three.to_str().unwrap(), "--cache", cache_arg, "--json"]);
+    let out = env.run(&[
+        "run",
+        three.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--json",
+    ]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert_eq!(server.request_count() - before, TOTAL);
     assert_eq!(json(&out)["counts"]["cached"], TOTAL);
@@ -167,20 +260,44 @@ fn adding_a_model_or_a_serialization_sends_only_what_changed() {
 fn faults_are_retried_and_never_cached() {
     let env = Env::new();
     let server = env.server(MockConfig::new().faults(0.2, 7));
-    let spec = env.spec("mini", &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], "max_retries = 12\n"));
+    let spec = env.spec(
+        "mini",
+        &spec_body(
+            &server.url(),
+            &["mock-base"],
+            &["the-is", "colon"],
+            "max_retries = 12\n",
+        ),
+    );
     let cache = env.cache();
-    let out = env.run(&["run", spec.to_str().unwrap(), "--cache", cache.to_str().unwrap(), "--json"]);
+    let out = env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+        "--json",
+    ]);
     assert!(out.status.success(), "{:?}", text(&out));
-    assert!(server.fault_count() > 40, "faults injected: {}", server.fault_count());
+    assert!(
+        server.fault_count() > 40,
+        "faults injected: {}",
+        server.fault_count()
+    );
     let store = Store::open_read_only(&cache).unwrap();
     let status = store.status().unwrap();
     assert_eq!(status.responses, TOTAL);
     assert_eq!(status.failures, 0);
     // Every cached text is exactly what the server answers: no truncated body slipped in.
-    let keys: Vec<_> = store.trials().unwrap().iter().map(|t| t.request_key).collect();
+    let keys: Vec<_> = store
+        .trials()
+        .unwrap()
+        .iter()
+        .map(|t| t.request_key)
+        .collect();
     for (key, response) in store.responses(&keys).unwrap() {
         let request = store.request(&key).unwrap().unwrap();
-        let (expected, _) = mock_server::answer(&request.prompt, u64::from(request.params.max_tokens), &[]);
+        let (expected, _) =
+            mock_server::answer(&request.prompt, u64::from(request.params.max_tokens), &[]);
         assert_eq!(response.text, expected);
     }
 }
@@ -189,11 +306,20 @@ fn faults_are_retried_and_never_cached() {
 fn killed_run_resumes_without_resending_and_ends_with_the_same_verdicts() {
     let env = Env::new();
     let server = env.server(MockConfig::new().latency(Duration::from_millis(25)));
-    let spec = env.spec("mini", &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""));
+    let spec = env.spec(
+        "mini",
+        &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""),
+    );
     let cache = env.cache();
     let cache_arg = cache.to_str().unwrap();
     let mut child = env
-        .command(&["run", spec.to_str().unwrap(), "--cache", cache_arg, "--quiet"])
+        .command(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--cache",
+            cache_arg,
+            "--quiet",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -209,12 +335,28 @@ fn killed_run_resumes_without_resending_and_ends_with_the_same_verdicts() {
     child.kill().unwrap();
     child.wait().unwrap();
     let sent_before = server.request_count();
-    let stored_count = Store::open_read_only(&cache).unwrap().status().unwrap().responses;
-    assert!(stored_count > 0 && stored_count < TOTAL, "stored {stored_count}");
-    let prompts_before: HashSet<String> =
-        server.requests().iter().filter_map(|r| r.prompt().map(str::to_string)).collect();
+    let stored_count = Store::open_read_only(&cache)
+        .unwrap()
+        .status()
+        .unwrap()
+        .responses;
+    assert!(
+        stored_count > 0 && stored_count < TOTAL,
+        "stored {stored_count}"
+    );
+    let prompts_before: HashSet<String> = server
+        .requests()
+        .iter()
+        .filter_map(|r| r.prompt().map(str::to_string))
+        .collect();
 
-    let out = env.run(&["run", spec.to_str().unwrap(), "--cache", cache_arg, "--json"]);
+    let out = env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--json",
+    ]);
     assert!(out.status.success(), "{:?}", text(&out));
     let resent = server.request_count() - sent_before;
     // Requests in flight at the kill were never stored: they (and only they) go again.
@@ -224,14 +366,27 @@ fn killed_run_resumes_without_resending_and_ends_with_the_same_verdicts() {
         .filter_map(|r| r.prompt().map(str::to_string))
         .collect();
     let repeated = resent_prompts.intersection(&prompts_before).count() as u64;
-    assert!(repeated <= sent_before - stored_count, "only unstored prompts may repeat: {repeated}");
+    assert!(
+        repeated <= sent_before - stored_count,
+        "only unstored prompts may repeat: {repeated}"
+    );
     let store = Store::open_read_only(&cache).unwrap();
-    let stored_keys: Vec<_> = store.trials().unwrap().iter().map(|t| t.request_key).collect();
+    let stored_keys: Vec<_> = store
+        .trials()
+        .unwrap()
+        .iter()
+        .map(|t| t.request_key)
+        .collect();
     assert_eq!(store.responses(&stored_keys).unwrap().len() as u64, TOTAL);
 
     // The same verdicts as an uninterrupted run on a fresh cache.
     let fresh = env.dir.path().join("fresh.sqlite");
-    let out = env.run(&["run", spec.to_str().unwrap(), "--cache", fresh.to_str().unwrap()]);
+    let out = env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        fresh.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert_eq!(verdicts(&cache), verdicts(&fresh));
 }
@@ -240,12 +395,28 @@ fn killed_run_resumes_without_resending_and_ends_with_the_same_verdicts() {
 fn two_processes_on_one_cache_both_finish() {
     let env = Env::new();
     let server = env.server(MockConfig::new().latency(Duration::from_millis(2)));
-    let a = env.spec("a", &spec_body(&server.url(), &["model-a"], &["the-is", "colon"], ""));
-    let b = env.spec("b", &spec_body(&server.url(), &["model-b"], &["the-is", "colon"], ""));
+    let a = env.spec(
+        "a",
+        &spec_body(&server.url(), &["model-a"], &["the-is", "colon"], ""),
+    );
+    let b = env.spec(
+        "b",
+        &spec_body(&server.url(), &["model-b"], &["the-is", "colon"], ""),
+    );
     let cache = env.cache();
     let cache_arg = cache.to_str().unwrap();
-    let mut first = env.command(&["run", a.to_str().unwrap(), "--cache", cache_arg, "--quiet"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut second = env.command(&["run", b.to_str().unwrap(), "--cache", cache_arg, "--quiet"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut first = env
+        .command(&["run", a.to_str().unwrap(), "--cache", cache_arg, "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut second = env
+        .command(&["run", b.to_str().unwrap(), "--cache", cache_arg, "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let s1 = first.wait().unwrap();
     let s2 = second.wait().unwrap();
     let mut err = String::new();
@@ -253,46 +424,99 @@ fn two_processes_on_one_cache_both_finish() {
     std::io::Read::read_to_string(second.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(s1.success() && s2.success(), "{err}");
     assert!(!err.to_lowercase().contains("locked"), "{err}");
-    assert_eq!(Store::open_read_only(&cache).unwrap().status().unwrap().responses, 2 * TOTAL);
+    assert_eq!(
+        Store::open_read_only(&cache)
+            .unwrap()
+            .status()
+            .unwrap()
+            .responses,
+        2 * TOTAL
+    );
 }
 
 #[test]
 fn the_api_key_never_reaches_cache_logs_or_output() {
     let env = Env::new();
     let server = env.server(MockConfig::new().required_api_key(SECRET));
-    let spec = env.spec("mini", &spec_body(&server.url(), &["mock-base"], &["the-is"], ""));
+    let spec = env.spec(
+        "mini",
+        &spec_body(&server.url(), &["mock-base"], &["the-is"], ""),
+    );
     let cache = env.cache();
-    let out = env.run(&["run", spec.to_str().unwrap(), "--cache", cache.to_str().unwrap()]);
+    let out = env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+    ]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
     let status = env.run(&["status", "--cache", cache.to_str().unwrap(), "--json"]);
     // A wrong key: the server echoes it in its 401 body, our error must not.
-    let wrong = env.command(&["run", spec.to_str().unwrap(), "--cache", cache.to_str().unwrap()])
+    let wrong = env
+        .command(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+        ])
         .env(KEY_ENV, "sk-wrong-key-0123456789abcdef")
         .args(["--model", "mock-base"])
         .output()
         .unwrap();
-    let spec2 = env.spec("other", &spec_body(&server.url(), &["model-z"], &["the-is"], ""));
-    let wrong2 = env.command(&["run", spec2.to_str().unwrap(), "--cache", cache.to_str().unwrap()])
+    let spec2 = env.spec(
+        "other",
+        &spec_body(&server.url(), &["model-z"], &["the-is"], ""),
+    );
+    let wrong2 = env
+        .command(&[
+            "run",
+            spec2.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+        ])
         .env(KEY_ENV, "sk-wrong-key-0123456789abcdef")
         .output()
         .unwrap();
     assert!(!wrong2.status.success());
     let (w_out, w_err) = text(&wrong2);
-    assert!(!w_out.contains("sk-wrong-key-0123456789abcdef") && !w_err.contains("sk-wrong-key-0123456789abcdef"), "{w_out}{w_err}");
-    assert!((w_out.clone() + &w_err).contains(KEY_ENV), "the 401 names the variable: {w_out}{w_err}");
-    for text in [stdout, stderr, text(&status).0, text(&wrong).0, text(&wrong).1] {
+    assert!(
+        !w_out.contains("sk-wrong-key-0123456789abcdef")
+            && !w_err.contains("sk-wrong-key-0123456789abcdef"),
+        "{w_out}{w_err}"
+    );
+    assert!(
+        (w_out.clone() + &w_err).contains(KEY_ENV),
+        "the 401 names the variable: {w_out}{w_err}"
+    );
+    for text in [
+        stdout,
+        stderr,
+        text(&status).0,
+        text(&wrong).0,
+        text(&wrong).1,
+    ] {
         assert!(!text.contains(SECRET));
     }
     for suffix in ["", "-wal", "-shm"] {
         let path = PathBuf::from(format!("{}{suffix}", cache.display()));
         if let Ok(bytes) = std::fs::read(&path) {
-            assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()), "{} holds the key", path.display());
-            assert!(!bytes.windows(12).any(|w| w == b"sk-wrong-key"), "{} holds the wrong key", path.display());
+            assert!(
+                !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+                "{} holds the key",
+                path.display()
+            );
+            assert!(
+                !bytes.windows(12).any(|w| w == b"sk-wrong-key"),
+                "{} holds the wrong key",
+                path.display()
+            );
         }
     }
     // Keys were sent only as a header.
-    assert!(server.requests().iter().all(|r| r.header("authorization") == Some(&format!("Bearer {SECRET}")) || r.header("authorization").is_some()));
+    assert!(server.requests().iter().all(|r| r.header("authorization")
+        == Some(&format!("Bearer {SECRET}"))
+        || r.header("authorization").is_some()));
 }
 
 fn assert_one_line_error(out: &Output, needles: &[&str]) {
@@ -312,28 +536,75 @@ fn bad_specs_fail_before_anything_is_written() {
     let good = spec_body(&server.url(), &["mock-base"], &["the-is"], "");
     let cache = env.cache();
     // A valid cache with content, to prove it stays untouched.
-    assert!(env.run(&["run", env.spec("good", &good).to_str().unwrap(), "--cache", cache.to_str().unwrap()]).status.success());
+    assert!(
+        env.run(&[
+            "run",
+            env.spec("good", &good).to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap()
+        ])
+        .status
+        .success()
+    );
     let snapshot = std::fs::read(&cache).unwrap();
     let cases: Vec<(&str, String, Vec<&str>)> = vec![
-        ("unknown-test", good.replace("\"membership\"", "\"membershp\""), vec!["unknown-test.toml", "membershp"]),
-        ("unknown-dataset", good.replace("\"titanic\"]", "\"titanc\"]"), vec!["unknown-dataset.toml", "titanc"]),
-        ("unknown-serialization", good.replace("[\"the-is\"]", "[\"the_is\"]"), vec!["unknown-serialization.toml", "the_is"]),
-        ("unknown-backend", good.replace("openai-compatible", "openai-compatibel"), vec!["unknown-backend.toml", "openai-compatibel"]),
-        ("missing-key", good.replace(KEY_ENV, "TABCONTAM_TEST_UNSET_KEY"), vec!["missing-key.toml", "TABCONTAM_TEST_UNSET_KEY"]),
-        ("unreachable", good.replace(&server.url(), "http://127.0.0.1:9"), vec!["unreachable.toml", "127.0.0.1:9"]),
+        (
+            "unknown-test",
+            good.replace("\"membership\"", "\"membershp\""),
+            vec!["unknown-test.toml", "membershp"],
+        ),
+        (
+            "unknown-dataset",
+            good.replace("\"titanic\"]", "\"titanc\"]"),
+            vec!["unknown-dataset.toml", "titanc"],
+        ),
+        (
+            "unknown-serialization",
+            good.replace("[\"the-is\"]", "[\"the_is\"]"),
+            vec!["unknown-serialization.toml", "the_is"],
+        ),
+        (
+            "unknown-backend",
+            good.replace("openai-compatible", "openai-compatibel"),
+            vec!["unknown-backend.toml", "openai-compatibel"],
+        ),
+        (
+            "missing-key",
+            good.replace(KEY_ENV, "TABCONTAM_TEST_UNSET_KEY"),
+            vec!["missing-key.toml", "TABCONTAM_TEST_UNSET_KEY"],
+        ),
+        (
+            "unreachable",
+            good.replace(&server.url(), "http://127.0.0.1:9"),
+            vec!["unreachable.toml", "127.0.0.1:9"],
+        ),
     ];
     for (name, body, needles) in cases {
         let spec = env.spec(name, &body);
-        let mut cmd = env.command(&["run", spec.to_str().unwrap(), "--cache", cache.to_str().unwrap(), "--model", "mock-base"]);
+        let mut cmd = env.command(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+            "--model",
+            "mock-base",
+        ]);
         if name == "missing-key" {
             cmd.env_remove("TABCONTAM_TEST_UNSET_KEY");
         }
         // A fresh model id so the request is not answered from the cache.
-        let body_fresh = body.replace("id = \"mock-base\"", "id = \"mock-base\"\nrevision = \"new\"");
+        let body_fresh = body.replace(
+            "id = \"mock-base\"",
+            "id = \"mock-base\"\nrevision = \"new\"",
+        );
         std::fs::write(&spec, body_fresh).unwrap();
         let out = cmd.output().unwrap();
         assert_one_line_error(&out, &needles);
-        assert_eq!(std::fs::read(&cache).unwrap(), snapshot, "{name}: the cache changed");
+        assert_eq!(
+            std::fs::read(&cache).unwrap(),
+            snapshot,
+            "{name}: the cache changed"
+        );
     }
 }
 
@@ -341,14 +612,28 @@ fn bad_specs_fail_before_anything_is_written() {
 fn a_cache_that_is_not_sqlite_is_refused_and_left_alone() {
     let env = Env::new();
     let server = env.server(MockConfig::new());
-    let spec = env.spec("mini", &spec_body(&server.url(), &["mock-base"], &["the-is"], ""));
+    let spec = env.spec(
+        "mini",
+        &spec_body(&server.url(), &["mock-base"], &["the-is"], ""),
+    );
     let bogus = env.dir.path().join("notes.sqlite");
     std::fs::write(&bogus, "these are my notes, not a database\n").unwrap();
     for command in ["run", "plan"] {
-        let out = env.run(&[command, spec.to_str().unwrap(), "--cache", bogus.to_str().unwrap()]);
+        let out = env.run(&[
+            command,
+            spec.to_str().unwrap(),
+            "--cache",
+            bogus.to_str().unwrap(),
+        ]);
         assert_one_line_error(&out, &["notes.sqlite", "not a tabcontam cache"]);
     }
-    assert_one_line_error(&env.run(&["status", "--cache", bogus.to_str().unwrap()]), &["notes.sqlite"]);
-    assert_eq!(std::fs::read_to_string(&bogus).unwrap(), "these are my notes, not a database\n");
+    assert_one_line_error(
+        &env.run(&["status", "--cache", bogus.to_str().unwrap()]),
+        &["notes.sqlite"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&bogus).unwrap(),
+        "these are my notes, not a database\n"
+    );
     assert_eq!(server.request_count(), 0);
 }

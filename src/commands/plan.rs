@@ -29,19 +29,32 @@ pub struct ModelPlan {
 }
 
 /// Counts the cache hits of a prepared plan, per model.
-pub fn summarize(prepared: &Prepared, cached: &std::collections::HashSet<crate::llm::RequestKey>) -> Vec<ModelPlan> {
+pub fn summarize(
+    prepared: &Prepared,
+    cached: &std::collections::HashSet<crate::llm::RequestKey>,
+) -> Vec<ModelPlan> {
     let spec = &prepared.spec;
     let mut per_model: BTreeMap<usize, ModelPlan> = BTreeMap::new();
     for (index, model) in spec.models.iter().enumerate() {
-        per_model.insert(index, ModelPlan { model: model.id.clone(), ..Default::default() });
+        per_model.insert(
+            index,
+            ModelPlan {
+                model: model.id.clone(),
+                ..Default::default()
+            },
+        );
     }
     for cell in &prepared.plan.cells {
-        let entry = per_model.get_mut(&cell.model).expect("every cell's model is in the spec");
+        let entry = per_model
+            .get_mut(&cell.model)
+            .expect("every cell's model is in the spec");
         entry.cells += 1;
         entry.trials += cell.trials.len();
     }
     for (key, source) in &prepared.plan.requests {
-        let entry = per_model.get_mut(&source.model).expect("every request's model is in the spec");
+        let entry = per_model
+            .get_mut(&source.model)
+            .expect("every request's model is in the spec");
         entry.requests += 1;
         if cached.contains(key) {
             entry.cached += 1;
@@ -53,9 +66,13 @@ pub fn summarize(prepared: &Prepared, cached: &std::collections::HashSet<crate::
     }
     for (index, entry) in per_model.iter_mut() {
         let model = &spec.models[*index];
-        if let (Some(input), Some(output)) = (model.price_input_per_mtok, model.price_output_per_mtok) {
+        if let (Some(input), Some(output)) =
+            (model.price_input_per_mtok, model.price_output_per_mtok)
+        {
             entry.est_cost_usd = Some(
-                (entry.est_prompt_tokens as f64 * input + entry.max_completion_tokens as f64 * output) / 1e6,
+                (entry.est_prompt_tokens as f64 * input
+                    + entry.max_completion_tokens as f64 * output)
+                    / 1e6,
             );
         }
     }
@@ -89,11 +106,24 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    writeln!(out, "plan for `{}` (cache {}):", prepared.spec.name, args.cache.cache.display())?;
+    writeln!(
+        out,
+        "plan for `{}` (cache {}):",
+        prepared.spec.name,
+        args.cache.cache.display()
+    )?;
     writeln!(
         out,
         "{:<24} {:>6} {:>8} {:>9} {:>8} {:>8} {:>12} {:>12} {:>10}",
-        "MODEL", "CELLS", "TRIALS", "REQUESTS", "CACHED", "TO SEND", "PROMPT TOK", "MAX OUT TOK", "COST USD"
+        "MODEL",
+        "CELLS",
+        "TRIALS",
+        "REQUESTS",
+        "CACHED",
+        "TO SEND",
+        "PROMPT TOK",
+        "MAX OUT TOK",
+        "COST USD"
     )?;
     for m in &models {
         writeln!(
@@ -107,9 +137,17 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
             m.to_send,
             m.est_prompt_tokens,
             m.max_completion_tokens,
-            m.est_cost_usd.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into())
+            m.est_cost_usd
+                .map(|c| format!("{c:.2}"))
+                .unwrap_or_else(|| "-".into())
         )?;
     }
-    writeln!(out, "total: {} requests, {} cached, {} to send", keys.len(), cached.len(), keys.len() - cached.len())?;
+    writeln!(
+        out,
+        "total: {} requests, {} cached, {} to send",
+        keys.len(),
+        cached.len(),
+        keys.len() - cached.len()
+    )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -17,7 +17,12 @@ pub fn run(args: PromptsArgs) -> anyhow::Result<ExitCode> {
     };
     let catalog = Catalog::open(args.data.data_dir.as_deref())?;
     let dataset = catalog.load(&args.dataset)?;
-    let ctx = ProbeContext { dataset: &dataset, serialization: &serialization, seed: args.seed, pack: &pack };
+    let ctx = ProbeContext {
+        dataset: &dataset,
+        serialization: &serialization,
+        seed: args.seed,
+        pack: &pack,
+    };
     let built = probe::build(test, &ctx)?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -29,14 +34,22 @@ pub fn run(args: PromptsArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "{test} on {}: skipped ({reason})", dataset.id)?;
     }
     for prompt in &built.prompts {
-        let note = prompt.note.as_deref().map(|n| format!(", {n}")).unwrap_or_default();
+        let note = prompt
+            .note
+            .as_deref()
+            .map(|n| format!(", {n}"))
+            .unwrap_or_default();
         writeln!(
             out,
-            "=== {} #{} on {} ({} file{}), max {} tokens{note} ===",
-            prompt.test, prompt.trial, prompt.dataset, dataset.variant, "", prompt.max_tokens
+            "=== {} #{} on {} ({} file), max {} tokens{note} ===",
+            prompt.test, prompt.trial, prompt.dataset, dataset.variant, prompt.max_tokens
         )?;
         writeln!(out, "{}", prompt.text)?;
-        writeln!(out, "--- expected: {}", serde_json::to_string(&prompt.expected)?)?;
+        writeln!(
+            out,
+            "--- expected: {}",
+            serde_json::to_string(&prompt.expected)?
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,8 +13,8 @@ use crate::llm::{BackendKind, Request, RequestKey};
 use crate::run::decide::decide;
 use crate::run::execute::{ModelProgress, ModelWork, send_all};
 use crate::run::local_exec::{ensure_weights, send_local, weights_path};
-use crate::run::spec::Spec;
 use crate::run::session::prepare;
+use crate::run::spec::Spec;
 use crate::store::{ModelRow, RunCounts, RunStatus, Store};
 
 /// Exit code after Ctrl-C (128 + SIGINT), as shells expect.
@@ -36,10 +36,16 @@ struct RunSummary {
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Local weights first: their digest is part of every request key.
-    let spec_dir = args.spec.parent().unwrap_or(std::path::Path::new(".")).to_path_buf();
+    let spec_dir = args
+        .spec
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
     let mut local_weights: HashMap<String, std::path::PathBuf> = HashMap::new();
     for model in &Spec::load(&args.spec)?.models {
-        if model.backend != BackendKind::Local || (!args.models.is_empty() && !args.models.contains(&model.id)) {
+        if model.backend != BackendKind::Local
+            || (!args.models.is_empty() && !args.models.contains(&model.id))
+        {
             continue;
         }
         let path = weights_path(model, &spec_dir);
@@ -64,7 +70,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // Look first, write later: a bad spec, a missing key or a foreign cache file must fail
     // before anything is written.
-    let cached: HashSet<RequestKey> = Store::open_read_only(&args.cache.cache)?.cached_keys(&keys)?;
+    let cached: HashSet<RequestKey> =
+        Store::open_read_only(&args.cache.cache)?.cached_keys(&keys)?;
     let mut missing_per_model: Vec<Vec<&RequestKey>> = vec![Vec::new(); spec.models.len()];
     for (key, source) in &plan.requests {
         if !cached.contains(key) {
@@ -87,21 +94,33 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         if !remote {
             // Local inference needs no network: it runs offline too.
-            let requests = missing.iter().map(|key| plan.request(spec, &plan.requests[*key])).collect();
+            let requests = missing
+                .iter()
+                .map(|key| plan.request(spec, &plan.requests[*key]))
+                .collect();
             local_work.push((index, requests));
             continue;
         }
         let client = Client::new(spec.client_config(model))
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.spec.display()))?;
-        let requests: Vec<Request> =
-            missing.iter().map(|key| plan.request(spec, &plan.requests[*key])).collect();
-        let cached_count = plan.requests.values().filter(|s| s.model == index).count() - requests.len();
+        let requests: Vec<Request> = missing
+            .iter()
+            .map(|key| plan.request(spec, &plan.requests[*key]))
+            .collect();
+        let cached_count =
+            plan.requests.values().filter(|s| s.model == index).count() - requests.len();
         cached_per_model.push(cached_count as u64);
-        work.push(ModelWork { id: model.id.clone(), client, requests });
+        work.push(ModelWork {
+            id: model.id.clone(),
+            client,
+            requests,
+        });
     }
 
     if !work.is_empty() {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         runtime.block_on(async {
             for model in &work {
                 model
@@ -140,7 +159,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             keys.len(),
             cached.len(),
             to_send,
-            if offline_missing > 0 { format!(", {offline_missing} missing (offline)") } else { String::new() }
+            if offline_missing > 0 {
+                format!(", {offline_missing} missing (offline)")
+            } else {
+                String::new()
+            }
         );
     }
     let (mut store, mut outcome) = if work.is_empty() {
@@ -154,14 +177,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         let model = &spec.models[index];
         let started = std::time::Instant::now();
-        let (progress, interrupted) =
-            send_local(&mut store, run_id, model, &local_weights[&model.id], requests, show_progress)?;
+        let (progress, interrupted) = send_local(
+            &mut store,
+            run_id,
+            model,
+            &local_weights[&model.id],
+            requests,
+            show_progress,
+        )?;
         outcome.wall += started.elapsed();
         outcome.interrupted |= interrupted;
         outcome.per_model.insert(model.id.clone(), progress);
     }
 
-    let mut counts = RunCounts { requests: keys.len() as u64, cached: cached.len() as u64, ..Default::default() };
+    let mut counts = RunCounts {
+        requests: keys.len() as u64,
+        cached: cached.len() as u64,
+        ..Default::default()
+    };
     for p in outcome.per_model.values() {
         counts.sent += p.sent;
         counts.failed += p.failed;
@@ -214,15 +247,27 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         )?;
         for (model, p) in &outcome.per_model {
             if p.failed > 0 {
-                let kinds: Vec<String> = p.failures.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
-                writeln!(out, "  {model}: {} failed after retries ({})", p.failed, kinds.join(", "))?;
+                let kinds: Vec<String> = p
+                    .failures
+                    .iter()
+                    .map(|(k, n)| format!("{k} ×{n}"))
+                    .collect();
+                writeln!(
+                    out,
+                    "  {model}: {} failed after retries ({})",
+                    p.failed,
+                    kinds.join(", ")
+                )?;
             }
             if let Some(reason) = &p.stopped {
                 writeln!(out, "  {model}: stopped sending: {reason}")?;
             }
         }
         if missing > 0 && !outcome.interrupted {
-            writeln!(out, "  rerun the same command to send the {missing} missing requests (nothing received is sent again)")?;
+            writeln!(
+                out,
+                "  rerun the same command to send the {missing} missing requests (nothing received is sent again)"
+            )?;
         }
     }
     if outcome.interrupted {

@@ -15,7 +15,13 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    writeln!(out, "cache {} ({:.1} MB, schema v{})", report.path, report.file_bytes as f64 / 1e6, report.schema_version)?;
+    writeln!(
+        out,
+        "cache {} ({:.1} MB, schema v{})",
+        report.path,
+        report.file_bytes as f64 / 1e6,
+        report.schema_version
+    )?;
     writeln!(
         out,
         "{} responses over {} distinct prompts; {} models, {} datasets, {} runs, {} trials, {} cells, {} failures",
@@ -29,9 +35,17 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         report.failures
     )?;
     if !report.per_model.is_empty() {
-        writeln!(out, "\n{:<28} {:<18} {:>9} {:>12} {:>12}", "MODEL", "BACKEND", "RESPONSES", "PROMPT TOK", "OUTPUT TOK")?;
+        writeln!(
+            out,
+            "\n{:<28} {:<18} {:>9} {:>12} {:>12}",
+            "MODEL", "BACKEND", "RESPONSES", "PROMPT TOK", "OUTPUT TOK"
+        )?;
         for m in &report.per_model {
-            let name = if m.model_ids.is_empty() { m.model.clone() } else { m.model_ids.join(",") };
+            let name = if m.model_ids.is_empty() {
+                m.model.clone()
+            } else {
+                m.model_ids.join(",")
+            };
             writeln!(
                 out,
                 "{:<28} {:<18} {:>9} {:>12} {:>12}",
@@ -44,9 +58,17 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if !report.last_runs.is_empty() {
-        writeln!(out, "\n{:>4} {:<20} {:<12} {:>9} {:>8} {:>6} {:>7}  STARTED", "RUN", "SPEC", "STATUS", "REQUESTS", "CACHED", "SENT", "FAILED")?;
+        writeln!(
+            out,
+            "\n{:>4} {:<20} {:<12} {:>9} {:>8} {:>6} {:>7}  STARTED",
+            "RUN", "SPEC", "STATUS", "REQUESTS", "CACHED", "SENT", "FAILED"
+        )?;
         for r in &report.last_runs {
-            let hit = if r.counts.requests > 0 { 100.0 * r.counts.cached as f64 / r.counts.requests as f64 } else { 0.0 };
+            let hit = if r.counts.requests > 0 {
+                100.0 * r.counts.cached as f64 / r.counts.requests as f64
+            } else {
+                0.0
+            };
             writeln!(
                 out,
                 "{:>4} {:<20} {:<12} {:>9} {:>8} {:>6} {:>7}  {} ({hit:.0}% cached)",
@@ -64,7 +86,11 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     if !report.recent_failures.is_empty() {
         writeln!(out, "\nrecent failures:")?;
         for f in &report.recent_failures {
-            writeln!(out, "  run {} {} {} after {} attempts: {}", f.run_id, f.model, f.kind, f.attempts, f.message)?;
+            writeln!(
+                out,
+                "  run {} {} {} after {} attempts: {}",
+                f.run_id, f.model, f.kind, f.attempts, f.message
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)

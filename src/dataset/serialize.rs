@@ -64,7 +64,9 @@ impl Serialization {
 /// Errors resolving a serialization.
 #[derive(Debug, thiserror::Error)]
 pub enum SerializationError {
-    #[error("unknown serialization `{0}`; built-in templates: the-is, equals, colon, is-equal-to (or give a .toml file with id, specifier, value_sep, feature_sep)")]
+    #[error(
+        "unknown serialization `{0}`; built-in templates: the-is, equals, colon, is-equal-to (or give a .toml file with id, specifier, value_sep, feature_sep)"
+    )]
     Unknown(String),
     #[error("{path}: invalid serialization TOML: {message}")]
     Invalid { path: String, message: String },
@@ -78,9 +80,13 @@ impl Serialization {
         }
         let path = std::path::Path::new(id_or_path);
         if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
-            let invalid = |message: String| SerializationError::Invalid { path: id_or_path.into(), message };
+            let invalid = |message: String| SerializationError::Invalid {
+                path: id_or_path.into(),
+                message,
+            };
             let text = std::fs::read_to_string(path).map_err(|e| invalid(e.to_string()))?;
-            let parsed: Serialization = toml::from_str(&text).map_err(|e| invalid(e.message().to_string()))?;
+            let parsed: Serialization =
+                toml::from_str(&text).map_err(|e| invalid(e.message().to_string()))?;
             parsed.validate().map_err(invalid)?;
             return Ok(parsed);
         }
@@ -93,7 +99,10 @@ impl Serialization {
             return Err(format!("`id` must be a non-empty word, got {:?}", self.id));
         }
         if Self::builtin(&self.id).is_some_and(|b| b != *self) {
-            return Err(format!("`id` {:?} is a built-in template; choose another id", self.id));
+            return Err(format!(
+                "`id` {:?} is a built-in template; choose another id",
+                self.id
+            ));
         }
         if self.value_sep.is_empty() || self.feature_sep.is_empty() {
             return Err("`value_sep` and `feature_sep` must not be empty".into());
@@ -112,7 +121,11 @@ mod tests {
             source: "t.csv".into(),
             columns: ["age", "sex"]
                 .iter()
-                .map(|n| Column { name: n.to_string(), kind: ColumnKind::Text, missing: 0 })
+                .map(|n| Column {
+                    name: n.to_string(),
+                    kind: ColumnKind::Text,
+                    missing: 0,
+                })
                 .collect(),
             rows: vec![vec!["39".into(), "Male".into()]],
             missing_tokens: vec![],
@@ -126,7 +139,10 @@ mod tests {
             ("the-is", "The age is 39, The sex is Male"),
             ("equals", "age = 39, sex = Male"),
             ("colon", "age: 39, sex: Male"),
-            ("is-equal-to", "The age is equal to 39; The sex is equal to Male"),
+            (
+                "is-equal-to",
+                "The age is equal to 39; The sex is equal to Male",
+            ),
         ];
         for (id, text) in expect {
             assert_eq!(Serialization::builtin(id).unwrap().row(&t, 0), text, "{id}");
@@ -137,13 +153,23 @@ mod tests {
     fn user_template_from_toml() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("arrow.toml");
-        std::fs::write(&path, "id = \"arrow\"\nvalue_sep = \" -> \"\nfeature_sep = \" | \"\n").unwrap();
+        std::fs::write(
+            &path,
+            "id = \"arrow\"\nvalue_sep = \" -> \"\nfeature_sep = \" | \"\n",
+        )
+        .unwrap();
         let s = Serialization::resolve(path.to_str().unwrap()).unwrap();
         assert_eq!(s.row(&table(), 0), "age -> 39 | sex -> Male");
         let err = Serialization::resolve("arow").unwrap_err().to_string();
         assert!(err.contains("unknown serialization `arow`"), "{err}");
-        std::fs::write(&path, "id = \"colon\"\nvalue_sep = \"=\"\nfeature_sep = \",\"\n").unwrap();
-        let err = Serialization::resolve(path.to_str().unwrap()).unwrap_err().to_string();
+        std::fs::write(
+            &path,
+            "id = \"colon\"\nvalue_sep = \"=\"\nfeature_sep = \",\"\n",
+        )
+        .unwrap();
+        let err = Serialization::resolve(path.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("built-in"), "{err}");
     }
 }

@@ -17,7 +17,13 @@ pub struct RequestKey(pub [u8; 32]);
 
 impl RequestKey {
     pub fn of(request: &Request) -> Self {
-        Self::compute(&request.model, request.api, &request.prompt, &request.params, request.sample)
+        Self::compute(
+            &request.model,
+            request.api,
+            &request.prompt,
+            &request.params,
+            request.sample,
+        )
     }
 
     /// The key of a request given by its parts (the planner keys prompts without copying
@@ -67,7 +73,9 @@ impl RequestKey {
     }
 
     pub fn from_hex(hex: &str) -> Option<Self> {
-        blake3::Hash::from_hex(hex).ok().map(|h| Self(*h.as_bytes()))
+        blake3::Hash::from_hex(hex)
+            .ok()
+            .map(|h| Self(*h.as_bytes()))
     }
 }
 
@@ -97,7 +105,13 @@ mod tests {
             },
             api: ApiMode::Completions,
             prompt: "The age is".into(),
-            params: GenerationParams { max_tokens: 16, temperature: 0.0, top_p: None, seed: Some(0), stop: vec![] },
+            params: GenerationParams {
+                max_tokens: 16,
+                temperature: 0.0,
+                top_p: None,
+                seed: Some(0),
+                stop: vec![],
+            },
             sample: 0,
         }
     }

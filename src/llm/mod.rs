@@ -10,8 +10,8 @@ pub mod client;
 pub mod error;
 pub mod gemini;
 pub mod key;
-pub mod local;
 pub mod limits;
+pub mod local;
 pub mod openai;
 pub mod retry;
 

@@ -49,11 +49,17 @@ fn task(ctx: &ProbeContext<'_>) -> Result<Task, ProbeError> {
             format!("one of {} or {last}", rest.join(", "))
         }
     };
-    Ok(Task { features, answers, labels, hint })
+    Ok(Task {
+        features,
+        answers,
+        labels,
+        hint,
+    })
 }
 
 fn row_text(ctx: &ProbeContext<'_>, task: &Task, row: usize) -> String {
-    ctx.serialization.row_columns(ctx.table(), row, &task.features)
+    ctx.serialization
+        .row_columns(ctx.table(), row, &task.features)
 }
 
 /// The rows to classify: a seeded sample without replacement.
@@ -72,20 +78,35 @@ pub(super) fn zero_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         .map(|(trial, row)| {
             let text = ctx.render(
                 test,
-                &[("row", &row_text(ctx, &task, row)), ("question", question), ("answer_hint", &task.hint)],
+                &[
+                    ("row", &row_text(ctx, &task, row)),
+                    ("question", question),
+                    ("answer_hint", &task.hint),
+                ],
             );
-            let expected = Expected::Choice { choices: task.answers.clone(), correct: task.labels[row] };
+            let expected = Expected::Choice {
+                choices: task.answers.clone(),
+                correct: task.labels[row],
+            };
             ctx.prompt(test, trial as u32, text, expected)
         })
         .collect();
-    Ok(Probe { prompts, skipped: None })
+    Ok(Probe {
+        prompts,
+        skipped: None,
+    })
 }
 
 pub(super) fn one_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
     let test = TestId::Classify1Shot;
     let task = task(ctx)?;
     let question = &ctx.dataset.classification.question;
-    let example_template = ctx.pack.templates(test).example.as_deref().unwrap_or("{row}\nAnswer: {answer}\n");
+    let example_template = ctx
+        .pack
+        .templates(test)
+        .example
+        .as_deref()
+        .unwrap_or("{row}\nAnswer: {answer}\n");
     let table = ctx.table();
     let mut rows_of_class: Vec<Vec<usize>> = vec![Vec::new(); task.answers.len()];
     for r in 0..table.n_rows() {
@@ -133,8 +154,14 @@ pub(super) fn one_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
                 ("answer_hint", &task.hint),
             ],
         );
-        let expected = Expected::Choice { choices: task.answers.clone(), correct: task.labels[row] };
+        let expected = Expected::Choice {
+            choices: task.answers.clone(),
+            correct: task.labels[row],
+        };
         prompts.push(ctx.prompt(test, trial as u32, text, expected));
     }
-    Ok(Probe { prompts, skipped: None })
+    Ok(Probe {
+        prompts,
+        skipped: None,
+    })
 }

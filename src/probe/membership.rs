@@ -67,11 +67,17 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
     let test = TestId::Membership;
     let table = ctx.table();
     if table.n_rows() < 2 {
-        return Ok(Probe { prompts: vec![], skipped: Some("needs at least 2 rows".into()) });
+        return Ok(Probe {
+            prompts: vec![],
+            skipped: Some("needs at least 2 rows".into()),
+        });
     }
     let varying = varying_columns(table);
     if varying.is_empty() {
-        return Ok(Probe { prompts: vec![], skipped: Some("no column has more than one value".into()) });
+        return Ok(Probe {
+            prompts: vec![],
+            skipped: Some("no column has more than one value".into()),
+        });
     }
     let originals: HashSet<&[String]> = table.rows.iter().map(Vec::as_slice).collect();
     let choices = vec![YES.to_string(), NO.to_string()];
@@ -86,8 +92,11 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         if query >= example {
             query += 1;
         }
-        let query_cells =
-            if query_is_original { table.rows[query].clone() } else { perturb(ctx, &mut rng, query, &varying, &originals)? };
+        let query_cells = if query_is_original {
+            table.rows[query].clone()
+        } else {
+            perturb(ctx, &mut rng, query, &varying, &originals)?
+        };
         let original_text = serialize_cells(ctx, &table.rows[example]);
         let modified_text = serialize_cells(ctx, &example_copy);
         let original_first = rng.below(2) == 0;
@@ -108,7 +117,18 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
             ],
         );
         let correct = if query_is_original { 0 } else { 1 };
-        prompts.push(ctx.prompt(test, trial, text, Expected::Choice { choices: choices.clone(), correct }));
+        prompts.push(ctx.prompt(
+            test,
+            trial,
+            text,
+            Expected::Choice {
+                choices: choices.clone(),
+                correct,
+            },
+        ));
     }
-    Ok(Probe { prompts, skipped: None })
+    Ok(Probe {
+        prompts,
+        skipped: None,
+    })
 }

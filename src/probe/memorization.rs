@@ -15,7 +15,10 @@ const REMOVED_FEATURES: usize = 3;
 const MAX_REDRAWS: usize = 1000;
 
 fn skipped(reason: String) -> Result<Probe, ProbeError> {
-    Ok(Probe { prompts: vec![], skipped: Some(reason) })
+    Ok(Probe {
+        prompts: vec![],
+        skipped: Some(reason),
+    })
 }
 
 fn need_rows(ctx: &ProbeContext<'_>, rows: usize) -> Option<String> {
@@ -32,7 +35,10 @@ pub(super) fn recognition_examples(ctx: &ProbeContext<'_>) -> Result<Probe, Prob
     let mut rng = ctx.rng(test, 0);
     let rows = rng.sample(ctx.table().n_rows(), EXAMPLE_ROWS);
     let text = ctx.render(test, &[("rows", &ctx.rows_text(&rows))]);
-    Ok(Probe { prompts: vec![ctx.prompt(test, 0, text, name_alternatives(ctx))], skipped: None })
+    Ok(Probe {
+        prompts: vec![ctx.prompt(test, 0, text, name_alternatives(ctx))],
+        skipped: None,
+    })
 }
 
 /// The categorical features of tests 5–6, as column indices.
@@ -67,7 +73,12 @@ fn column_values<'a>(ctx: &'a ProbeContext<'_>, col: usize) -> Vec<(Option<&'a s
 
 /// The values of `all` not shown in `shown` rows (missing counts as shown when a shown
 /// row misses the value).
-fn unseen_values(ctx: &ProbeContext<'_>, col: usize, all: &[(Option<&str>, Word)], shown: &[usize]) -> Vec<Word> {
+fn unseen_values(
+    ctx: &ProbeContext<'_>,
+    col: usize,
+    all: &[(Option<&str>, Word)],
+    shown: &[usize],
+) -> Vec<Word> {
     let table = ctx.table();
     let shown_values: Vec<Option<&str>> = shown
         .iter()
@@ -76,7 +87,10 @@ fn unseen_values(ctx: &ProbeContext<'_>, col: usize, all: &[(Option<&str>, Word)
             (!table.is_missing(raw)).then_some(raw)
         })
         .collect();
-    all.iter().filter(|(raw, _)| !shown_values.contains(raw)).map(|(_, w)| w.clone()).collect()
+    all.iter()
+        .filter(|(raw, _)| !shown_values.contains(raw))
+        .map(|(_, w)| w.clone())
+        .collect()
 }
 
 /// Test 5: rows chosen so that some value of the feature is not among them; those values expected.
@@ -108,9 +122,18 @@ pub(super) fn feature_values_informed(ctx: &ProbeContext<'_>) -> Result<Probe, P
             }
         }
         let Some((rows, expected)) = chosen else {
-            return Err(ctx.error(format!("no draw of {EXAMPLE_ROWS} rows leaves a value of `{name}` unseen")));
+            return Err(ctx.error(format!(
+                "no draw of {EXAMPLE_ROWS} rows leaves a value of `{name}` unseen"
+            )));
         };
-        let text = ctx.render(test, &[("name", &ctx.dataset.name), ("feature", name), ("rows", &ctx.rows_text(&rows))]);
+        let text = ctx.render(
+            test,
+            &[
+                ("name", &ctx.dataset.name),
+                ("feature", name),
+                ("rows", &ctx.rows_text(&rows)),
+            ],
+        );
         let mut prompt = ctx.prompt(test, trial, text, Expected::Words { words: expected });
         prompt.note = Some(format!("feature: {name}"));
         prompts.push(prompt);
@@ -118,7 +141,10 @@ pub(super) fn feature_values_informed(ctx: &ProbeContext<'_>) -> Result<Probe, P
     if prompts.is_empty() {
         return skipped("every categorical feature has a single value".into());
     }
-    Ok(Probe { prompts, skipped: None })
+    Ok(Probe {
+        prompts,
+        skipped: None,
+    })
 }
 
 /// Test 6: the dataset name and a feature; all its values expected.
@@ -130,22 +156,39 @@ pub(super) fn feature_values_uninformed(ctx: &ProbeContext<'_>) -> Result<Probe,
     }
     let mut prompts = Vec::new();
     for (trial, (col, name)) in features.into_iter().enumerate() {
-        let expected = column_values(ctx, col).into_iter().map(|(_, w)| w).collect();
+        let expected = column_values(ctx, col)
+            .into_iter()
+            .map(|(_, w)| w)
+            .collect();
         let text = ctx.render(test, &[("name", &ctx.dataset.name), ("feature", name)]);
-        let mut prompt = ctx.prompt(test, trial as u32, text, Expected::Words { words: expected });
+        let mut prompt = ctx.prompt(
+            test,
+            trial as u32,
+            text,
+            Expected::Words { words: expected },
+        );
         prompt.note = Some(format!("feature: {name}"));
         prompts.push(prompt);
     }
-    Ok(Probe { prompts, skipped: None })
+    Ok(Probe {
+        prompts,
+        skipped: None,
+    })
 }
 
 /// Whether every listed cell of a row holds a value (a missing value cannot be asked for).
 fn complete(ctx: &ProbeContext<'_>, row: usize, cols: &[usize]) -> bool {
-    cols.iter().all(|&c| !ctx.table().is_missing(&ctx.table().rows[row][c]))
+    cols.iter()
+        .all(|&c| !ctx.table().is_missing(&ctx.table().rows[row][c]))
 }
 
 /// A serialized row cut before `cut` columns, ending on the separator the model continues from.
-fn partial_row(ctx: &ProbeContext<'_>, row: usize, shown: &[usize], open_feature: Option<&str>) -> String {
+fn partial_row(
+    ctx: &ProbeContext<'_>,
+    row: usize,
+    shown: &[usize],
+    open_feature: Option<&str>,
+) -> String {
     let s = ctx.serialization;
     let mut text = s.row_columns(ctx.table(), row, shown);
     match open_feature {
@@ -169,7 +212,9 @@ pub(super) fn incomplete_completion(ctx: &ProbeContext<'_>) -> Result<Probe, Pro
     let table = ctx.table();
     let n_cols = table.n_cols();
     if n_cols <= REMOVED_FEATURES {
-        return skipped(format!("needs more than {REMOVED_FEATURES} columns, the table has {n_cols}"));
+        return skipped(format!(
+            "needs more than {REMOVED_FEATURES} columns, the table has {n_cols}"
+        ));
     }
     if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS + 1) {
         return skipped(reason);
@@ -181,7 +226,10 @@ pub(super) fn incomplete_completion(ctx: &ProbeContext<'_>) -> Result<Probe, Pro
         let mut rng = ctx.rng(test, trial);
         let rows = rng.sample(table.n_rows(), EXAMPLE_ROWS);
         let target = draw_row(ctx, &mut rng, &rows, |r| complete(ctx, r, &removed))?;
-        let fields = removed.iter().map(|&c| (table.columns[c].name.clone(), cell(table, target, c))).collect();
+        let fields = removed
+            .iter()
+            .map(|&c| (table.columns[c].name.clone(), cell(table, target, c)))
+            .collect();
         let text = ctx.render(
             test,
             &[
@@ -191,9 +239,20 @@ pub(super) fn incomplete_completion(ctx: &ProbeContext<'_>) -> Result<Probe, Pro
                 ("partial_row", &partial_row(ctx, target, &shown, None)),
             ],
         );
-        prompts.push(ctx.prompt(test, trial, text, Expected::Row { fields, scope: Alg2Scope::FirstLine }));
+        prompts.push(ctx.prompt(
+            test,
+            trial,
+            text,
+            Expected::Row {
+                fields,
+                scope: Alg2Scope::FirstLine,
+            },
+        ));
     }
-    Ok(Probe { prompts, skipped: None })
+    Ok(Probe {
+        prompts,
+        skipped: None,
+    })
 }
 
 /// A random row not in `exclude` that satisfies `accept`.
@@ -228,10 +287,22 @@ pub(super) fn full_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeErro
         .collect();
     let text = ctx.render(
         test,
-        &[("name", &ctx.dataset.name), ("features", &ctx.feature_list()), ("rows", &ctx.rows_text(&rows))],
+        &[
+            ("name", &ctx.dataset.name),
+            ("features", &ctx.feature_list()),
+            ("rows", &ctx.rows_text(&rows)),
+        ],
     );
     Ok(Probe {
-        prompts: vec![ctx.prompt(test, 0, text, Expected::Row { fields, scope: Alg2Scope::FirstRowLike })],
+        prompts: vec![ctx.prompt(
+            test,
+            0,
+            text,
+            Expected::Row {
+                fields,
+                scope: Alg2Scope::FirstRowLike,
+            },
+        )],
         skipped: None,
     })
 }
@@ -249,11 +320,21 @@ pub(super) fn feature_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeE
         return skipped(reason);
     }
     if !table.has_distinct(col, EXAMPLE_ROWS + 1) {
-        return skipped(format!("`{feature}` has fewer than {} distinct values", EXAMPLE_ROWS + 1));
+        return skipped(format!(
+            "`{feature}` has fewer than {} distinct values",
+            EXAMPLE_ROWS + 1
+        ));
     }
-    let order: Vec<usize> = (0..table.n_cols()).filter(|&c| c != col).chain([col]).collect();
+    let order: Vec<usize> = (0..table.n_cols())
+        .filter(|&c| c != col)
+        .chain([col])
+        .collect();
     let others = &order[..order.len() - 1];
-    let features = order.iter().map(|&c| table.columns[c].name.as_str()).collect::<Vec<_>>().join(", ");
+    let features = order
+        .iter()
+        .map(|&c| table.columns[c].name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut prompts = Vec::new();
     for trial in 0..COMPLETION_TRIALS {
         let mut rng = ctx.rng(test, trial);
@@ -263,7 +344,9 @@ pub(super) fn feature_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeE
         while picked.len() < EXAMPLE_ROWS + 1 {
             draws += 1;
             if draws > MAX_REDRAWS {
-                return Err(ctx.error(format!("could not draw rows with distinct values of `{feature}`")));
+                return Err(ctx.error(format!(
+                    "could not draw rows with distinct values of `{feature}`"
+                )));
             }
             let row = rng.below(table.n_rows());
             let value = table.rows[row][col].as_str();
@@ -283,14 +366,28 @@ pub(super) fn feature_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeE
                 ("name", &ctx.dataset.name),
                 ("features", &features),
                 ("rows", &rows_text),
-                ("partial_row", &partial_row(ctx, target, others, Some(feature))),
+                (
+                    "partial_row",
+                    &partial_row(ctx, target, others, Some(feature)),
+                ),
                 ("feature", feature),
             ],
         );
         let fields = vec![(feature.to_string(), cell(table, target, col))];
-        let mut prompt = ctx.prompt(test, trial, text, Expected::Row { fields, scope: Alg2Scope::FirstLine });
+        let mut prompt = ctx.prompt(
+            test,
+            trial,
+            text,
+            Expected::Row {
+                fields,
+                scope: Alg2Scope::FirstLine,
+            },
+        );
         prompt.note = Some(format!("feature: {feature}"));
         prompts.push(prompt);
     }
-    Ok(Probe { prompts, skipped: None })
+    Ok(Probe {
+        prompts,
+        skipped: None,
+    })
 }

@@ -176,9 +176,15 @@ pub enum Expected {
     /// Alg1 on the dataset's long name, then on each alias (recognition tests 3–4).
     Names { names: Vec<String> },
     /// Alg2 on (feature, value) pairs within the scoped output.
-    Row { fields: Vec<(String, Cell)>, scope: Alg2Scope },
+    Row {
+        fields: Vec<(String, Cell)>,
+        scope: Alg2Scope,
+    },
     /// The answer parser; `correct` indexes `choices`.
-    Choice { choices: Vec<String>, correct: usize },
+    Choice {
+        choices: Vec<String>,
+        correct: usize,
+    },
 }
 
 /// One prompt a run sends, with what it expects back.
@@ -220,7 +226,9 @@ impl ProbeContext<'_> {
             dataset: &self.dataset.id,
             test: test.id(),
             trial,
-            serialization: test.serializes_rows().then_some(self.serialization.id.as_str()),
+            serialization: test
+                .serializes_rows()
+                .then_some(self.serialization.id.as_str()),
         })
     }
 
@@ -229,21 +237,28 @@ impl ProbeContext<'_> {
     }
 
     fn column(&self, name: &str) -> Result<usize, ProbeError> {
-        self.table().column_index(name).ok_or_else(|| self.error(format!(
-            "column `{name}` named in the descriptor is not in {}",
-            self.table().source.display()
-        )))
+        self.table().column_index(name).ok_or_else(|| {
+            self.error(format!(
+                "column `{name}` named in the descriptor is not in {}",
+                self.table().source.display()
+            ))
+        })
     }
 
     fn error(&self, message: String) -> ProbeError {
-        ProbeError::Data { dataset: self.dataset.id.clone(), message }
+        ProbeError::Data {
+            dataset: self.dataset.id.clone(),
+            message,
+        }
     }
 
     fn prompt(&self, test: TestId, trial: u32, text: String, expected: Expected) -> Prompt {
         Prompt {
             test,
             dataset: self.dataset.id.clone(),
-            serialization: test.serializes_rows().then(|| self.serialization.id.clone()),
+            serialization: test
+                .serializes_rows()
+                .then(|| self.serialization.id.clone()),
             trial,
             note: None,
             text,
@@ -297,18 +312,34 @@ pub struct TrialVerdict {
 }
 
 /// Decides one trial from the model's output.
-pub fn judge(expected: &Expected, output: &str, dictionary: &Dictionary, profile: Alg1Profile) -> TrialVerdict {
+pub fn judge(
+    expected: &Expected,
+    output: &str,
+    dictionary: &Dictionary,
+    profile: Alg1Profile,
+) -> TrialVerdict {
     match expected {
-        Expected::Words { words } => {
-            TrialVerdict { passed: decide::alg1(output, words, dictionary, profile), invalid: false }
-        }
-        Expected::Names { names } => {
-            TrialVerdict { passed: decide::alg1_any_name(output, names, dictionary, profile), invalid: false }
-        }
-        Expected::Row { fields, scope } => TrialVerdict { passed: decide::alg2(output, fields, *scope), invalid: false },
+        Expected::Words { words } => TrialVerdict {
+            passed: decide::alg1(output, words, dictionary, profile),
+            invalid: false,
+        },
+        Expected::Names { names } => TrialVerdict {
+            passed: decide::alg1_any_name(output, names, dictionary, profile),
+            invalid: false,
+        },
+        Expected::Row { fields, scope } => TrialVerdict {
+            passed: decide::alg2(output, fields, *scope),
+            invalid: false,
+        },
         Expected::Choice { choices, correct } => match decide::parse_answer(output, choices) {
-            Answer::Valid(index) => TrialVerdict { passed: index == *correct, invalid: false },
-            Answer::Invalid => TrialVerdict { passed: false, invalid: true },
+            Answer::Valid(index) => TrialVerdict {
+                passed: index == *correct,
+                invalid: false,
+            },
+            Answer::Invalid => TrialVerdict {
+                passed: false,
+                invalid: true,
+            },
         },
     }
 }
@@ -341,7 +372,13 @@ pub fn aggregate(test: TestId, verdicts: &[TrialVerdict]) -> CellResult {
         _ if test == TestId::Membership => ratio(passed_trials, trials),
         _ => f64::from(u8::from(passed)),
     };
-    CellResult { passed, score, trials, passed_trials, invalid_trials }
+    CellResult {
+        passed,
+        score,
+        trials,
+        passed_trials,
+        invalid_trials,
+    }
 }
 
 fn ratio(n: usize, d: usize) -> f64 {

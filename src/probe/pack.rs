@@ -17,14 +17,28 @@ const DEFAULT_PACK: &str = include_str!("default_pack.toml");
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
     #[error("{source_name}: cannot read prompt pack: {error}")]
-    Read { source_name: String, error: std::io::Error },
+    Read {
+        source_name: String,
+        error: std::io::Error,
+    },
     #[error("{source_name}: invalid prompt pack TOML: {error}")]
     Toml { source_name: String, error: String },
-    #[error("{source_name}: no template for test `{test}`; add a [{test}] table with `template = \"…\"`")]
-    Missing { source_name: String, test: &'static str },
+    #[error(
+        "{source_name}: no template for test `{test}`; add a [{test}] table with `template = \"…\"`"
+    )]
+    Missing {
+        source_name: String,
+        test: &'static str,
+    },
     #[error("{source_name}: [{section}] is not a test id; known tests: {known}")]
-    UnknownSection { source_name: String, section: String, known: String },
-    #[error("{source_name}: [{test}].{field} uses unknown placeholder {{{placeholder}}}; allowed: {allowed}")]
+    UnknownSection {
+        source_name: String,
+        section: String,
+        known: String,
+    },
+    #[error(
+        "{source_name}: [{test}].{field} uses unknown placeholder {{{placeholder}}}; allowed: {allowed}"
+    )]
     UnknownPlaceholder {
         source_name: String,
         test: &'static str,
@@ -32,8 +46,14 @@ pub enum PackError {
         placeholder: String,
         allowed: String,
     },
-    #[error("{source_name}: [{test}].{field} has an unclosed `{{`; write `{{{{` for a literal brace")]
-    Unclosed { source_name: String, test: &'static str, field: &'static str },
+    #[error(
+        "{source_name}: [{test}].{field} has an unclosed `{{`; write `{{{{` for a literal brace"
+    )]
+    Unclosed {
+        source_name: String,
+        test: &'static str,
+        field: &'static str,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -70,14 +90,17 @@ pub struct PromptPack {
 impl PromptPack {
     /// The built-in pack.
     pub fn builtin() -> Self {
-        Self::parse(DEFAULT_PACK, "built-in prompt pack").expect("the built-in prompt pack is valid")
+        Self::parse(DEFAULT_PACK, "built-in prompt pack")
+            .expect("the built-in prompt pack is valid")
     }
 
     /// Loads a user pack from a TOML file.
     pub fn load(path: &Path) -> Result<Self, PackError> {
         let source_name = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| PackError::Read { source_name: source_name.clone(), error })?;
+        let text = std::fs::read_to_string(path).map_err(|error| PackError::Read {
+            source_name: source_name.clone(),
+            error,
+        })?;
         Self::parse(&text, &source_name)
     }
 
@@ -93,7 +116,11 @@ impl PromptPack {
                 return Err(PackError::UnknownSection {
                     source_name: source_name.into(),
                     section,
-                    known: TestId::ALL.iter().map(|t| t.id()).collect::<Vec<_>>().join(", "),
+                    known: TestId::ALL
+                        .iter()
+                        .map(|t| t.id())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 });
             };
             let allowed = placeholders(test);
@@ -101,14 +128,26 @@ impl PromptPack {
             if let Some(example) = &body.example {
                 check(source_name, test, "example", example, EXAMPLE_PLACEHOLDERS)?;
             }
-            templates.insert(test, TestTemplates { template: body.template, example: body.example });
+            templates.insert(
+                test,
+                TestTemplates {
+                    template: body.template,
+                    example: body.example,
+                },
+            );
         }
         for test in TestId::ALL {
             if !templates.contains_key(&test) {
-                return Err(PackError::Missing { source_name: source_name.into(), test: test.id() });
+                return Err(PackError::Missing {
+                    source_name: source_name.into(),
+                    test: test.id(),
+                });
             }
         }
-        Ok(Self { name: raw.name.unwrap_or_else(|| source_name.to_string()), templates })
+        Ok(Self {
+            name: raw.name.unwrap_or_else(|| source_name.to_string()),
+            templates,
+        })
     }
 
     pub fn templates(&self, test: TestId) -> &TestTemplates {
@@ -131,7 +170,14 @@ pub fn placeholders(test: TestId) -> &'static [&'static str] {
         IncompleteCompletion => &["name", "features", "rows", "partial_row"],
         FullCompletion => &["name", "features", "rows"],
         FeatureCompletion => &["name", "features", "rows", "partial_row", "feature"],
-        Membership => &["name", "example_1", "label_1", "example_2", "label_2", "query"],
+        Membership => &[
+            "name",
+            "example_1",
+            "label_1",
+            "example_2",
+            "label_2",
+            "query",
+        ],
         Classify0Shot => &["row", "question", "answer_hint"],
         Classify1Shot => &["examples", "row", "question", "answer_hint"],
     }
@@ -147,7 +193,11 @@ fn check(
     for piece in parse_template(template) {
         match piece {
             Piece::Unclosed => {
-                return Err(PackError::Unclosed { source_name: source_name.into(), test: test.id(), field });
+                return Err(PackError::Unclosed {
+                    source_name: source_name.into(),
+                    test: test.id(),
+                    field,
+                });
             }
             Piece::Placeholder(name) if !allowed.contains(&name) => {
                 return Err(PackError::UnknownPlaceholder {
@@ -155,7 +205,11 @@ fn check(
                     test: test.id(),
                     field,
                     placeholder: name.to_string(),
-                    allowed: allowed.iter().map(|p| format!("{{{p}}}")).collect::<Vec<_>>().join(", "),
+                    allowed: allowed
+                        .iter()
+                        .map(|p| format!("{{{p}}}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 });
             }
             _ => {}
@@ -179,15 +233,15 @@ fn parse_template(template: &str) -> Vec<Piece<'_>> {
         if !before.is_empty() {
             pieces.push(Piece::Literal(before));
         }
-        if after.starts_with("{{") {
+        if let Some(tail) = after.strip_prefix("{{") {
             pieces.push(Piece::Literal("{"));
-            rest = &after[2..];
-        } else if after.starts_with("}}") {
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix("}}") {
             pieces.push(Piece::Literal("}"));
-            rest = &after[2..];
-        } else if after.starts_with('}') {
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix('}') {
             pieces.push(Piece::Literal("}"));
-            rest = &after[1..];
+            rest = tail;
         } else if let Some(end) = after.find('}') {
             pieces.push(Piece::Placeholder(&after[1..end]));
             rest = &after[end + 1..];
@@ -239,16 +293,30 @@ mod tests {
 
     #[test]
     fn unknown_placeholder_is_named() {
-        let text = DEFAULT_PACK.replace("Dataset: {name}\nWrite every", "Dataset: {nmae}\nWrite every");
-        let err = PromptPack::parse(&text, "mine.toml").unwrap_err().to_string();
-        assert!(err.contains("mine.toml") && err.contains("{nmae}") && err.contains("feature-list-uninformed"), "{err}");
+        let text = DEFAULT_PACK.replace(
+            "Dataset: {name}\nWrite every",
+            "Dataset: {nmae}\nWrite every",
+        );
+        let err = PromptPack::parse(&text, "mine.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("mine.toml")
+                && err.contains("{nmae}")
+                && err.contains("feature-list-uninformed"),
+            "{err}"
+        );
     }
 
     #[test]
     fn missing_test_and_unknown_section_are_named() {
-        let err = PromptPack::parse("[membership]\ntemplate = \"x\"\n", "p.toml").unwrap_err().to_string();
+        let err = PromptPack::parse("[membership]\ntemplate = \"x\"\n", "p.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no template for test"), "{err}");
-        let err = PromptPack::parse("[memberhip]\ntemplate = \"x\"\n", "p.toml").unwrap_err().to_string();
+        let err = PromptPack::parse("[memberhip]\ntemplate = \"x\"\n", "p.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("[memberhip] is not a test id"), "{err}");
     }
 

@@ -39,7 +39,9 @@ impl TrialRng {
                 hasher.update(&[0]);
             }
         }
-        Self { stream: hasher.finalize_xof() }
+        Self {
+            stream: hasher.finalize_xof(),
+        }
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -87,15 +89,23 @@ mod tests {
     use super::*;
 
     fn key(trial: u32, serialization: Option<&str>) -> DrawKey<'_> {
-        DrawKey { seed: 0, dataset: "iris", test: "membership", trial, serialization }
+        DrawKey {
+            seed: 0,
+            dataset: "iris",
+            test: "membership",
+            trial,
+            serialization,
+        }
     }
 
     #[test]
     fn same_key_same_stream() {
-        let a: Vec<u64> = (0..4).map({
-            let mut r = TrialRng::new(key(3, Some("the-is")));
-            move |_| r.next_u64()
-        }).collect();
+        let a: Vec<u64> = (0..4)
+            .map({
+                let mut r = TrialRng::new(key(3, Some("the-is")));
+                move |_| r.next_u64()
+            })
+            .collect();
         let mut r = TrialRng::new(key(3, Some("the-is")));
         let b: Vec<u64> = (0..4).map(|_| r.next_u64()).collect();
         assert_eq!(a, b);
@@ -135,6 +145,9 @@ mod tests {
         for _ in 0..3000 {
             counts[r.below(3)] += 1;
         }
-        assert!(counts.iter().all(|&c| (850..1150).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (850..1150).contains(&c)),
+            "{counts:?}"
+        );
     }
 }

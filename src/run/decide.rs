@@ -33,7 +33,8 @@ pub fn decide(
     let mut memo: HashMap<(RequestKey, *const probe::Prompt), TrialVerdict> = HashMap::new();
     for cell in &plan.cells {
         let model_id = &spec.models[cell.model].id;
-        let serialization = (cell.serialization != NO_SERIALIZATION).then(|| cell.serialization.clone());
+        let serialization =
+            (cell.serialization != NO_SERIALIZATION).then(|| cell.serialization.clone());
         let mut verdicts = Vec::with_capacity(cell.trials.len());
         let mut complete = true;
         for planned in &cell.trials {
@@ -43,7 +44,14 @@ pub fn decide(
             };
             let verdict = *memo
                 .entry((planned.key, std::sync::Arc::as_ptr(&planned.prompt)))
-                .or_insert_with(|| probe::judge(&planned.prompt.expected, &response.text, dictionary, profile));
+                .or_insert_with(|| {
+                    probe::judge(
+                        &planned.prompt.expected,
+                        &response.text,
+                        dictionary,
+                        profile,
+                    )
+                });
             verdicts.push(verdict);
             trials.push(TrialRow {
                 model: model_id.clone(),
@@ -76,5 +84,9 @@ pub fn decide(
             run_id: None,
         });
     }
-    Decisions { trials, cells, incomplete_cells }
+    Decisions {
+        trials,
+        cells,
+        incomplete_cells,
+    }
 }

@@ -47,8 +47,18 @@ pub struct ModelWork {
 }
 
 enum Outcome {
-    Stored { model: usize, response: Response },
-    Failed { model: usize, request: Box<Request>, kind: String, message: String, attempts: u32, class: ErrorClass },
+    Stored {
+        model: usize,
+        response: Response,
+    },
+    Failed {
+        model: usize,
+        request: Box<Request>,
+        kind: String,
+        message: String,
+        attempts: u32,
+        class: ErrorClass,
+    },
 }
 
 /// Sends every request, storing responses and failures through `store` as they arrive.
@@ -67,44 +77,62 @@ pub fn send_all(
 
     let progress = Progress::new(&model_ids, &totals, cached, show_progress);
     let writer_progress = progress.clone();
-    let writer = std::thread::Builder::new().name("tabcontam-store-writer".into()).spawn(move || {
-        let mut store = store;
-        let mut per_model: Vec<ModelProgress> =
-            totals.iter().map(|&to_send| ModelProgress { to_send, ..Default::default() }).collect();
-        let mut first_error: Option<anyhow::Error> = None;
-        for (request, outcome) in rx {
-            match outcome {
-                Outcome::Stored { model, response } => {
-                    if let Err(e) = store.put_response(&request, &response) {
-                        first_error.get_or_insert(e.into());
-                        continue;
+    let writer = std::thread::Builder::new()
+        .name("tabcontam-store-writer".into())
+        .spawn(move || {
+            let mut store = store;
+            let mut per_model: Vec<ModelProgress> = totals
+                .iter()
+                .map(|&to_send| ModelProgress {
+                    to_send,
+                    ..Default::default()
+                })
+                .collect();
+            let mut first_error: Option<anyhow::Error> = None;
+            for (request, outcome) in rx {
+                match outcome {
+                    Outcome::Stored { model, response } => {
+                        if let Err(e) = store.put_response(&request, &response) {
+                            first_error.get_or_insert(e.into());
+                            continue;
+                        }
+                        let p = &mut per_model[model];
+                        p.sent += 1;
+                        p.prompt_tokens += u64::from(response.prompt_tokens.unwrap_or(0));
+                        p.completion_tokens += u64::from(response.completion_tokens.unwrap_or(0));
+                        writer_progress.stored(model, p);
                     }
-                    let p = &mut per_model[model];
-                    p.sent += 1;
-                    p.prompt_tokens += u64::from(response.prompt_tokens.unwrap_or(0));
-                    p.completion_tokens += u64::from(response.completion_tokens.unwrap_or(0));
-                    writer_progress.stored(model, p);
-                }
-                Outcome::Failed { model, request: failed, kind, message, attempts, class } => {
-                    let model_id = &writer_progress.ids[model];
-                    if let Err(e) = store.record_failure(run, &failed, model_id, &kind, &message, attempts) {
-                        first_error.get_or_insert(e.into());
+                    Outcome::Failed {
+                        model,
+                        request: failed,
+                        kind,
+                        message,
+                        attempts,
+                        class,
+                    } => {
+                        let model_id = &writer_progress.ids[model];
+                        if let Err(e) =
+                            store.record_failure(run, &failed, model_id, &kind, &message, attempts)
+                        {
+                            first_error.get_or_insert(e.into());
+                        }
+                        let p = &mut per_model[model];
+                        p.failed += 1;
+                        *p.failures.entry(kind).or_default() += 1;
+                        if class == ErrorClass::FailsModel && p.stopped.is_none() {
+                            p.stopped = Some(message);
+                        }
+                        writer_progress.failed(model, p);
                     }
-                    let p = &mut per_model[model];
-                    p.failed += 1;
-                    *p.failures.entry(kind).or_default() += 1;
-                    if class == ErrorClass::FailsModel && p.stopped.is_none() {
-                        p.stopped = Some(message);
-                    }
-                    writer_progress.failed(model, p);
                 }
             }
-        }
-        (store, per_model, first_error)
-    })?;
+            (store, per_model, first_error)
+        })?;
 
     let interrupted = Arc::new(AtomicBool::new(false));
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let mut tasks = JoinSet::new();
         for (model_index, model) in work.into_iter().enumerate() {
@@ -130,11 +158,14 @@ pub fn send_all(
     });
     // Dropping the runtime drops every sender; the writer then drains and ends.
     drop(runtime);
-    let (store, per_model, first_error) =
-        writer.join().map_err(|_| anyhow::anyhow!("the cache writer thread panicked"))?;
+    let (store, per_model, first_error) = writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the cache writer thread panicked"))?;
     progress.finish();
     if let Some(error) = first_error {
-        return Err(error.context("writing to the cache failed; responses received before the error are stored"));
+        return Err(error.context(
+            "writing to the cache failed; responses received before the error are stored",
+        ));
     }
     let outcome = SendOutcome {
         per_model: progress.ids.iter().cloned().zip(per_model).collect(),
@@ -170,7 +201,10 @@ async fn send_model(
                 return;
             }
             let outcome = match client.complete(&request).await {
-                Ok(response) => Outcome::Stored { model: model_index, response },
+                Ok(response) => Outcome::Stored {
+                    model: model_index,
+                    response,
+                },
                 Err(error) => {
                     let class = error.class();
                     if class == ErrorClass::FailsModel {
@@ -198,7 +232,10 @@ fn error_kind(error: &crate::llm::error::LlmError) -> String {
         Some(status) => format!("http-{status}"),
         None => {
             let text = format!("{error:?}");
-            text.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("error").to_lowercase()
+            text.split(|c: char| !c.is_alphanumeric())
+                .next()
+                .unwrap_or("error")
+                .to_lowercase()
         }
     }
 }
@@ -214,7 +251,8 @@ struct Progress {
 
 impl Progress {
     fn new(ids: &[String], totals: &[u64], cached: &[u64], show: bool) -> Self {
-        let multi = show.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(5)));
+        let multi =
+            show.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(5)));
         let width = ids.iter().map(String::len).max().unwrap_or(5);
         let style = ProgressStyle::with_template(&format!(
             "{{prefix:>{width}}} [{{bar:30}}] {{pos}}/{{len}} {{msg}} ETA {{eta}}"
@@ -234,7 +272,12 @@ impl Progress {
                 bar
             })
             .collect();
-        let this = Self { ids: ids.to_vec(), cached: cached.to_vec(), bars, _multi: multi };
+        let this = Self {
+            ids: ids.to_vec(),
+            cached: cached.to_vec(),
+            bars,
+            _multi: multi,
+        };
         for (model, _) in ids.iter().enumerate() {
             this.update(model, &ModelProgress::default());
         }

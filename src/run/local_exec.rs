@@ -28,7 +28,11 @@ pub fn weights_path(model: &ModelSpec, spec_dir: &Path) -> PathBuf {
         None | Some(DEFAULT_MODEL) => models_dir().join(DEFAULT_MODEL_FILE),
         Some(path) => {
             let path = Path::new(path);
-            if path.is_relative() && spec_dir.join(path).exists() { spec_dir.join(path) } else { path.to_path_buf() }
+            if path.is_relative() && spec_dir.join(path).exists() {
+                spec_dir.join(path)
+            } else {
+                path.to_path_buf()
+            }
         }
     }
 }
@@ -51,7 +55,9 @@ pub fn ensure_weights(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<Path
     }
     match model.model.as_deref() {
         None | Some(DEFAULT_MODEL) => {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             Ok(runtime.block_on(ensure_default_model())?)
         }
         Some(_) => anyhow::bail!(
@@ -78,9 +84,15 @@ pub fn send_local(
     };
     let loading = Instant::now();
     let mut model = LocalModel::load(weights, &options)?;
-    let mut progress = ModelProgress { to_send: requests.len() as u64, ..Default::default() };
+    let mut progress = ModelProgress {
+        to_send: requests.len() as u64,
+        ..Default::default()
+    };
     let bar = if show_progress {
-        ProgressBar::with_draw_target(Some(requests.len() as u64), ProgressDrawTarget::stderr_with_hz(5))
+        ProgressBar::with_draw_target(
+            Some(requests.len() as u64),
+            ProgressDrawTarget::stderr_with_hz(5),
+        )
     } else {
         ProgressBar::hidden()
     };
@@ -139,7 +151,10 @@ fn watch_ctrl_c(flag: Arc<AtomicBool>) -> Option<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("tabcontam-ctrl-c".into())
         .spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
                 return;
             };
             runtime.block_on(async {

@@ -88,7 +88,11 @@ pub fn identity(model: &ModelSpec, local_revision: Option<&str>) -> ModelIdentit
         Some(digest) => digest.to_string(),
         None => model.revision.clone().unwrap_or_else(|| name.clone()),
     };
-    ModelIdentity { backend: model.backend, model: name, revision }
+    ModelIdentity {
+        backend: model.backend,
+        model: name,
+        revision,
+    }
 }
 
 /// Prompts of one (test, serialization id) cell of a dataset, shared by every model.
@@ -116,27 +120,48 @@ pub fn build_dataset_prompts(
     pack: &PromptPack,
 ) -> anyhow::Result<DatasetPrompts> {
     let mut cells = HashMap::new();
-    for model in spec.models.iter().filter(|m| spec.model_datasets(m).iter().any(|d| d == name)) {
+    for model in spec
+        .models
+        .iter()
+        .filter(|m| spec.model_datasets(m).iter().any(|d| d == name))
+    {
         let serializations = spec.model_serializations(model);
         for test in spec.model_tests(model) {
-            let templates: &[Serialization] =
-                if test.serializes_rows() { &serializations } else { &serializations[..1] };
+            let templates: &[Serialization] = if test.serializes_rows() {
+                &serializations
+            } else {
+                &serializations[..1]
+            };
             for serialization in templates {
-                let serialization_id =
-                    if test.serializes_rows() { serialization.id.clone() } else { NO_SERIALIZATION.to_string() };
+                let serialization_id = if test.serializes_rows() {
+                    serialization.id.clone()
+                } else {
+                    NO_SERIALIZATION.to_string()
+                };
                 if cells.contains_key(&(test, serialization_id.clone())) {
                     continue;
                 }
-                let ctx = ProbeContext { dataset, serialization, seed: spec.seed, pack };
+                let ctx = ProbeContext {
+                    dataset,
+                    serialization,
+                    seed: spec.seed,
+                    pack,
+                };
                 let probe = probe::build(test, &ctx)?;
                 cells.insert(
                     (test, serialization_id),
-                    BuiltCell { prompts: probe.prompts.into_iter().map(Arc::new).collect(), skipped: probe.skipped },
+                    BuiltCell {
+                        prompts: probe.prompts.into_iter().map(Arc::new).collect(),
+                        skipped: probe.skipped,
+                    },
                 );
             }
         }
     }
-    Ok(DatasetPrompts { id: dataset.id.clone(), cells })
+    Ok(DatasetPrompts {
+        id: dataset.id.clone(),
+        cells,
+    })
 }
 
 /// Assembles cells, trials and distinct requests, model by model, from the prompts built
@@ -151,26 +176,44 @@ pub fn assemble_plan(
     for (model_index, model) in spec.models.iter().enumerate() {
         let serializations = spec.model_serializations(model);
         for name in spec.model_datasets(model) {
-            let dataset = built.get(name).ok_or_else(|| anyhow::anyhow!("dataset `{name}` was not loaded"))?;
+            let dataset = built
+                .get(name)
+                .ok_or_else(|| anyhow::anyhow!("dataset `{name}` was not loaded"))?;
             for test in spec.model_tests(model) {
-                let templates: &[Serialization] =
-                    if test.serializes_rows() { &serializations } else { &serializations[..1] };
+                let templates: &[Serialization] = if test.serializes_rows() {
+                    &serializations
+                } else {
+                    &serializations[..1]
+                };
                 for serialization in templates {
-                    let serialization_id =
-                        if test.serializes_rows() { serialization.id.clone() } else { NO_SERIALIZATION.to_string() };
+                    let serialization_id = if test.serializes_rows() {
+                        serialization.id.clone()
+                    } else {
+                        NO_SERIALIZATION.to_string()
+                    };
                     let cell = &dataset.cells[&(test, serialization_id.clone())];
-                    let mut trials = Vec::with_capacity(cell.prompts.len() * model.samples as usize);
+                    let mut trials =
+                        Vec::with_capacity(cell.prompts.len() * model.samples as usize);
                     for prompt in &cell.prompts {
                         let params = params(model, prompt);
                         for sample in 0..model.samples {
-                            let key =
-                                RequestKey::compute(&identities[model_index], model.api, &prompt.text, &params, sample);
+                            let key = RequestKey::compute(
+                                &identities[model_index],
+                                model.api,
+                                &prompt.text,
+                                &params,
+                                sample,
+                            );
                             requests.entry(key).or_insert_with(|| RequestSource {
                                 model: model_index,
                                 prompt: Arc::clone(prompt),
                                 sample,
                             });
-                            trials.push(PlannedTrial { prompt: Arc::clone(prompt), sample, key });
+                            trials.push(PlannedTrial {
+                                prompt: Arc::clone(prompt),
+                                sample,
+                                key,
+                            });
                         }
                     }
                     cells.push(PlannedCell {
@@ -185,7 +228,11 @@ pub fn assemble_plan(
             }
         }
     }
-    Ok(Plan { identities, cells, requests })
+    Ok(Plan {
+        identities,
+        cells,
+        requests,
+    })
 }
 
 /// Builds the plan from loaded datasets (keyed by the spec's dataset names).
@@ -197,7 +244,12 @@ pub fn build_plan(
 ) -> anyhow::Result<Plan> {
     let built = datasets
         .iter()
-        .map(|(name, dataset)| Ok((name.clone(), build_dataset_prompts(spec, name, dataset, pack)?)))
+        .map(|(name, dataset)| {
+            Ok((
+                name.clone(),
+                build_dataset_prompts(spec, name, dataset, pack)?,
+            ))
+        })
         .collect::<anyhow::Result<HashMap<_, _>>>()?;
     assemble_plan(spec, identities, &built)
 }

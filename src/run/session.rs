@@ -11,6 +11,9 @@ use crate::dataset::catalog::{Catalog, blake3_hex};
 use crate::probe::PromptPack;
 use crate::store::DatasetRow;
 
+/// One dataset's prompts and cache record, or why it could not be prepared.
+type PreparedDataset = anyhow::Result<(DatasetPrompts, DatasetRow)>;
+
 /// Revision prefix of local models whose weights are not on disk yet.
 pub const NOT_DOWNLOADED: &str = "not-downloaded:";
 
@@ -24,7 +27,11 @@ pub struct Prepared {
 }
 
 /// Loads the spec (keeping only `only_models` when given), its datasets and builds the plan.
-pub fn prepare(spec_path: &Path, data_dir: Option<&Path>, only_models: &[String]) -> anyhow::Result<Prepared> {
+pub fn prepare(
+    spec_path: &Path,
+    data_dir: Option<&Path>,
+    only_models: &[String],
+) -> anyhow::Result<Prepared> {
     let mut spec = Spec::load(spec_path)?;
     if !only_models.is_empty() {
         for id in only_models {
@@ -32,7 +39,11 @@ pub fn prepare(spec_path: &Path, data_dir: Option<&Path>, only_models: &[String]
                 anyhow::bail!(
                     "{}: --model {id} is not in the spec; its models are: {}",
                     spec_path.display(),
-                    spec.models.iter().map(|m| m.id.as_str()).collect::<Vec<_>>().join(", ")
+                    spec.models
+                        .iter()
+                        .map(|m| m.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
         }
@@ -43,20 +54,28 @@ pub fn prepare(spec_path: &Path, data_dir: Option<&Path>, only_models: &[String]
         None => PromptPack::builtin(),
     };
     let catalog = Catalog::open(data_dir)?;
-    let mut names: Vec<String> = spec.models.iter().flat_map(|m| spec.model_datasets(m).iter().cloned()).collect();
+    let mut names: Vec<String> = spec
+        .models
+        .iter()
+        .flat_map(|m| spec.model_datasets(m).iter().cloned())
+        .collect();
     names.sort();
     names.dedup();
 
     // Two workers (the machines this runs on have few cores) each load one table at a
     // time, build its prompts and drop it, so at most two tables are in memory at once.
     let queue = Mutex::new(names.clone());
-    let results: Mutex<Vec<(String, anyhow::Result<(DatasetPrompts, DatasetRow)>)>> = Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 2);
+    let results: Mutex<Vec<(String, PreparedDataset)>> = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 2);
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
                 loop {
-                    let Some(name) = queue.lock().expect("queue lock").pop() else { break };
+                    let Some(name) = queue.lock().expect("queue lock").pop() else {
+                        break;
+                    };
                     let outcome = prepare_dataset(&spec, &catalog, &name, &pack);
                     results.lock().expect("results lock").push((name, outcome));
                 }
@@ -68,7 +87,8 @@ pub fn prepare(spec_path: &Path, data_dir: Option<&Path>, only_models: &[String]
     let mut built = HashMap::new();
     let mut datasets = Vec::new();
     for (name, outcome) in results {
-        let (prompts, row) = outcome.map_err(|e| anyhow::anyhow!("{}: datasets: {e:#}", spec_path.display()))?;
+        let (prompts, row) =
+            outcome.map_err(|e| anyhow::anyhow!("{}: datasets: {e:#}", spec_path.display()))?;
         built.insert(name, prompts);
         if !datasets.iter().any(|d: &DatasetRow| d.id == row.id) {
             datasets.push(row);
@@ -91,7 +111,11 @@ pub fn prepare(spec_path: &Path, data_dir: Option<&Path>, only_models: &[String]
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let plan = assemble_plan(&spec, identities, &built)?;
-    Ok(Prepared { spec, datasets, plan })
+    Ok(Prepared {
+        spec,
+        datasets,
+        plan,
+    })
 }
 
 fn prepare_dataset(
@@ -99,7 +123,7 @@ fn prepare_dataset(
     catalog: &Catalog,
     name: &str,
     pack: &PromptPack,
-) -> anyhow::Result<(DatasetPrompts, DatasetRow)> {
+) -> PreparedDataset {
     let dataset = catalog.load(name)?;
     let bytes = std::fs::read(&dataset.table.source)?;
     let row = DatasetRow {

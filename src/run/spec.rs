@@ -180,13 +180,20 @@ pub struct SpecError {
 
 impl Spec {
     pub fn load(path: &Path) -> Result<Spec, SpecError> {
-        let err = |message: String| SpecError { path: path.display().to_string(), message };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read the spec: {e}")))?;
+        let err = |message: String| SpecError {
+            path: path.display().to_string(),
+            message,
+        };
+        let text =
+            std::fs::read_to_string(path).map_err(|e| err(format!("cannot read the spec: {e}")))?;
         Self::parse(&text, path)
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Spec, SpecError> {
-        let err = |message: String| SpecError { path: path.display().to_string(), message };
+        let err = |message: String| SpecError {
+            path: path.display().to_string(),
+            message,
+        };
         let raw: RawSpec = toml::from_str(text).map_err(|e| {
             let location = e
                 .span()
@@ -201,15 +208,22 @@ impl Spec {
             return Err(err("no [[models]] entry; add at least one model".into()));
         }
         if raw.datasets.is_empty() {
-            return Err(err("`datasets` is empty; list dataset ids (see `tabcontam datasets list`)".into()));
+            return Err(err(
+                "`datasets` is empty; list dataset ids (see `tabcontam datasets list`)".into(),
+            ));
         }
         let tests = parse_tests(&raw.tests).map_err(|m| err(format!("tests: {m}")))?;
         let mut known: Vec<Serialization> = Serialization::builtins();
         for custom in &raw.custom_serializations {
-            custom.validate().map_err(|m| err(format!("[[serialization]] `{}`: {m}", custom.id)))?;
+            custom
+                .validate()
+                .map_err(|m| err(format!("[[serialization]] `{}`: {m}", custom.id)))?;
             if known.iter().any(|s| s.id == custom.id) {
                 if Serialization::builtin(&custom.id).is_none() {
-                    return Err(err(format!("[[serialization]] `{}` is defined twice", custom.id)));
+                    return Err(err(format!(
+                        "[[serialization]] `{}` is defined twice",
+                        custom.id
+                    )));
                 }
                 continue;
             }
@@ -271,9 +285,19 @@ impl Spec {
         let alg1_profile = match raw.alg1_profile.as_deref() {
             None | Some("hunspell") => crate::decide::Alg1Profile::Hunspell,
             Some("paper") => crate::decide::Alg1Profile::Paper,
-            Some(other) => return Err(err(format!("alg1_profile: unknown profile `{other}`; use hunspell or paper"))),
+            Some(other) => {
+                return Err(err(format!(
+                    "alg1_profile: unknown profile `{other}`; use hunspell or paper"
+                )));
+            }
         };
-        let prompt_pack = raw.prompt_pack.map(|p| if p.is_relative() { path.parent().unwrap_or(Path::new(".")).join(p) } else { p });
+        let prompt_pack = raw.prompt_pack.map(|p| {
+            if p.is_relative() {
+                path.parent().unwrap_or(Path::new(".")).join(p)
+            } else {
+                p
+            }
+        });
         Ok(Spec {
             name: raw.name,
             path: path.to_path_buf(),
@@ -343,7 +367,11 @@ impl Spec {
             Some(ids) => ids
                 .iter()
                 .map(|id| {
-                    self.available_serializations.iter().find(|s| &s.id == id).cloned().expect("validated on load")
+                    self.available_serializations
+                        .iter()
+                        .find(|s| &s.id == id)
+                        .cloned()
+                        .expect("validated on load")
                 })
                 .collect(),
             None => self.serializations.clone(),
