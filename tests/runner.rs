@@ -637,3 +637,43 @@ fn a_cache_that_is_not_sqlite_is_refused_and_left_alone() {
     );
     assert_eq!(server.request_count(), 0);
 }
+
+#[test]
+fn ctrl_c_stops_cleanly_keeps_what_arrived_and_a_rerun_finishes() {
+    let env = Env::new();
+    let server = env.server(MockConfig::new().latency(Duration::from_millis(50)));
+    let spec = env.spec("mini", &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""));
+    let cache = env.cache();
+    let cache_arg = cache.to_str().unwrap();
+    let child = env
+        .command(&["run", spec.to_str().unwrap(), "--cache", cache_arg, "--quiet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while server.request_count() < 60 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: sends SIGINT (what Ctrl-C sends) to the child we spawned.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let store = Store::open_read_only(&cache).unwrap();
+    let status = store.status().unwrap();
+    assert!(status.responses > 0 && status.responses < TOTAL, "{}", status.responses);
+    assert_eq!(status.last_runs[0].status.id(), "interrupted");
+    let stored = status.responses;
+    drop(store);
+
+    let before = server.request_count();
+    let out = env.run(&["run", spec.to_str().unwrap(), "--cache", cache_arg, "--json"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!(json(&out)["counts"]["cached"], stored);
+    assert_eq!(server.request_count() - before, TOTAL - stored);
+}
