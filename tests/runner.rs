@@ -642,11 +642,20 @@ fn a_cache_that_is_not_sqlite_is_refused_and_left_alone() {
 fn ctrl_c_stops_cleanly_keeps_what_arrived_and_a_rerun_finishes() {
     let env = Env::new();
     let server = env.server(MockConfig::new().latency(Duration::from_millis(50)));
-    let spec = env.spec("mini", &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""));
+    let spec = env.spec(
+        "mini",
+        &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""),
+    );
     let cache = env.cache();
     let cache_arg = cache.to_str().unwrap();
     let child = env
-        .command(&["run", spec.to_str().unwrap(), "--cache", cache_arg, "--quiet"])
+        .command(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--cache",
+            cache_arg,
+            "--quiet",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -666,13 +675,23 @@ fn ctrl_c_stops_cleanly_keeps_what_arrived_and_a_rerun_finishes() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     let store = Store::open_read_only(&cache).unwrap();
     let status = store.status().unwrap();
-    assert!(status.responses > 0 && status.responses < TOTAL, "{}", status.responses);
+    assert!(
+        status.responses > 0 && status.responses < TOTAL,
+        "{}",
+        status.responses
+    );
     assert_eq!(status.last_runs[0].status.id(), "interrupted");
     let stored = status.responses;
     drop(store);
 
     let before = server.request_count();
-    let out = env.run(&["run", spec.to_str().unwrap(), "--cache", cache_arg, "--json"]);
+    let out = env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--json",
+    ]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert_eq!(json(&out)["counts"]["cached"], stored);
     assert_eq!(server.request_count() - before, TOTAL - stored);

@@ -24,55 +24,32 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{Config, Connection, params};
 
 use crate::dataset::catalog::builtin_descriptors;
-use crate::probe::{TestId, TestKind};
+use crate::probe::{NO_SERIALIZATION, TestId, TestKind};
 use crate::store::{CellRow, DatasetRow, ModelRow, OWN_SOURCE, Store, TrialRow};
 pub use stats::Interval;
 pub use view::*;
 
 /// The SQL files, compiled in (named in errors by their path).
-const TABLES_SQL: (&str, &str) = (
-    "schema/duckdb/tables.sql",
-    include_str!("../../schema/duckdb/tables.sql"),
-);
-const PREPARE_SQL: (&str, &str) = (
-    "schema/duckdb/prepare.sql",
-    include_str!("../../schema/duckdb/prepare.sql"),
-);
-const CONTAMINATION_SQL: (&str, &str) = (
-    "schema/duckdb/contamination.sql",
-    include_str!("../../schema/duckdb/contamination.sql"),
-);
-const GRID_SQL: (&str, &str) = (
-    "schema/duckdb/grid.sql",
-    include_str!("../../schema/duckdb/grid.sql"),
-);
-const PASS_RATES_SQL: (&str, &str) = (
-    "schema/duckdb/pass_rates.sql",
-    include_str!("../../schema/duckdb/pass_rates.sql"),
-);
-const ACCURACY_SQL: (&str, &str) = (
-    "schema/duckdb/accuracy.sql",
-    include_str!("../../schema/duckdb/accuracy.sql"),
-);
-const SERIALIZATION_SUMMARY_SQL: (&str, &str) = (
-    "schema/duckdb/serialization_summary.sql",
-    include_str!("../../schema/duckdb/serialization_summary.sql"),
-);
-const SERIALIZATION_CHANGES_SQL: (&str, &str) = (
-    "schema/duckdb/serialization_changes.sql",
-    include_str!("../../schema/duckdb/serialization_changes.sql"),
-);
-const EVOLUTION_SQL: (&str, &str) = (
-    "schema/duckdb/evolution.sql",
-    include_str!("../../schema/duckdb/evolution.sql"),
-);
-const NEGATIVE_CONTROLS_SQL: (&str, &str) = (
-    "schema/duckdb/negative_controls.sql",
-    include_str!("../../schema/duckdb/negative_controls.sql"),
-);
+/// A query file of `schema/duckdb/`: (path for error messages, text compiled in).
+macro_rules! duckdb_query {
+    ($file:literal) => {
+        (
+            concat!("schema/duckdb/", $file),
+            include_str!(concat!("../../schema/duckdb/", $file)),
+        )
+    };
+}
 
-/// How `serialization` is spelled for tests without rows (as in the SQLite cache).
-const NO_SERIALIZATION: &str = "-";
+const TABLES_SQL: (&str, &str) = duckdb_query!("tables.sql");
+const PREPARE_SQL: (&str, &str) = duckdb_query!("prepare.sql");
+const CONTAMINATION_SQL: (&str, &str) = duckdb_query!("contamination.sql");
+const GRID_SQL: (&str, &str) = duckdb_query!("grid.sql");
+const PASS_RATES_SQL: (&str, &str) = duckdb_query!("pass_rates.sql");
+const ACCURACY_SQL: (&str, &str) = duckdb_query!("accuracy.sql");
+const SERIALIZATION_SUMMARY_SQL: (&str, &str) = duckdb_query!("serialization_summary.sql");
+const SERIALIZATION_CHANGES_SQL: (&str, &str) = duckdb_query!("serialization_changes.sql");
+const EVOLUTION_SQL: (&str, &str) = duckdb_query!("evolution.sql");
+const NEGATIVE_CONTROLS_SQL: (&str, &str) = duckdb_query!("negative_controls.sql");
 
 /// The default template (SPEC §1), whose cells the scores use.
 pub const DEFAULT_SERIALIZATION: &str = "the-is";

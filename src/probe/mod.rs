@@ -17,6 +17,10 @@ use crate::dataset::{Dataset, Serialization, Table, Value};
 use crate::decide::{self, Alg1Profile, Alg2Scope, Answer, Cell, Dictionary, Word};
 pub use pack::PromptPack;
 
+/// How the serialization of a test without rows (1, 2, 3, 6) is spelled in the cache,
+/// the plan and the analytics: one cell shared by every template.
+pub const NO_SERIALIZATION: &str = "-";
+
 /// The tests, in the paper's numbering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -100,7 +100,7 @@ pub fn send_all(
                         p.sent += 1;
                         p.prompt_tokens += u64::from(response.prompt_tokens.unwrap_or(0));
                         p.completion_tokens += u64::from(response.completion_tokens.unwrap_or(0));
-                        writer_progress.stored(model, p);
+                        writer_progress.update(model, p);
                     }
                     Outcome::Failed {
                         model,
@@ -122,7 +122,7 @@ pub fn send_all(
                         if class == ErrorClass::FailsModel && p.stopped.is_none() {
                             p.stopped = Some(message);
                         }
-                        writer_progress.failed(model, p);
+                        writer_progress.update(model, p);
                     }
                 }
             }
@@ -282,14 +282,6 @@ impl Progress {
             this.update(model, &ModelProgress::default());
         }
         this
-    }
-
-    fn stored(&self, model: usize, p: &ModelProgress) {
-        self.update(model, p);
-    }
-
-    fn failed(&self, model: usize, p: &ModelProgress) {
-        self.update(model, p);
     }
 
     fn update(&self, model: usize, p: &ModelProgress) {

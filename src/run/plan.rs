@@ -11,8 +11,7 @@ use crate::dataset::{Dataset, Serialization};
 use crate::llm::{GenerationParams, ModelIdentity, Request, RequestKey};
 use crate::probe::{self, ProbeContext, Prompt, PromptPack, TestId};
 
-/// Serialization id stored for tests whose prompts contain no rows.
-pub const NO_SERIALIZATION: &str = "-";
+pub use crate::probe::NO_SERIALIZATION;
 
 /// One trial: a prompt sent to one model (one sample of it).
 #[derive(Debug, Clone)]

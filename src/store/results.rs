@@ -8,13 +8,10 @@ use super::error::{AtPath, Result};
 use super::runs::{RunId, serialize_key};
 use super::{Store, enum_column, json_column};
 use crate::llm::RequestKey;
-use crate::probe::{CellResult, Expected, TestId, TrialVerdict};
+use crate::probe::{CellResult, Expected, NO_SERIALIZATION, TestId, TrialVerdict};
 
 /// The `source` of cells decided by tabcontam itself (imported results name their own).
 pub const OWN_SOURCE: &str = "tabcontam";
-
-/// How "no serialization" (tests whose prompts contain no rows) is spelled in the tables.
-const NO_SERIALIZATION: &str = "-";
 
 /// One trial's current verdict.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -300,6 +300,67 @@ fn prepare_prefix(
     Ok(())
 }
 
+/// One sequence being generated: its sampler, the tokens so far and the logit gaps.
+struct Sequence {
+    sampler: Sampler,
+    ids: Vec<u32>,
+    gaps: Vec<f32>,
+}
+
+/// What one decoding step did to a sequence.
+enum Advance {
+    /// Not finished: feed this token next.
+    Continue(u32),
+    /// Finished (end of sequence, stop string or token budget).
+    Done(Generated),
+}
+
+impl Sequence {
+    fn new(settings: &Settings) -> Self {
+        Sequence {
+            sampler: Sampler::new(settings),
+            ids: Vec::new(),
+            gaps: Vec::new(),
+        }
+    }
+
+    /// Samples the next token from `logits`; a finished sequence hands back its output.
+    fn step(
+        &mut self,
+        logits: &[f32],
+        settings: &Settings,
+        stats: &mut LocalStats,
+        stop_check: &dyn Fn(&[u32]) -> bool,
+        started: Instant,
+    ) -> Advance {
+        let token = self.sampler.next(logits);
+        self.gaps.push(top_two_gap(logits));
+        let finish = if settings.eos.contains(&token) {
+            Some(Finish::Stop)
+        } else {
+            self.ids.push(token);
+            stats.tokens_generated += 1;
+            if stop_check(&self.ids) {
+                Some(Finish::Stop)
+            } else if self.ids.len() >= settings.max_new_tokens {
+                Some(Finish::Length)
+            } else {
+                None
+            }
+        };
+        match finish {
+            Some(finish) => Advance::Done(Generated {
+                prompt_tokens: 0,
+                ids: std::mem::take(&mut self.ids),
+                finish,
+                elapsed_ms: started.elapsed().as_millis() as u64,
+                logit_gaps: std::mem::take(&mut self.gaps),
+            }),
+            None => Advance::Continue(token),
+        }
+    }
+}
+
 /// Generates for every prompt (token ids) with a decoder-only model.
 pub fn generate_decoder(
     model: &DecoderModel,
@@ -402,9 +463,7 @@ fn decode_group(
         prefill(model, &rows, &layouts, prefix_len, &mut cache, true)?.expect("prefill logits");
 
     let mut outputs: Vec<Option<Generated>> = vec![None; batch];
-    let mut samplers: Vec<Sampler> = (0..batch).map(|_| Sampler::new(settings)).collect();
-    let mut generated: Vec<Vec<u32>> = vec![Vec::new(); batch];
-    let mut gaps: Vec<Vec<f32>> = vec![Vec::new(); batch];
+    let mut sequences: Vec<Sequence> = (0..batch).map(|_| Sequence::new(settings)).collect();
     // Index into the group of each sequence still in the batch.
     let mut active: Vec<usize> = (0..batch).collect();
     let mut slot = prefix_len + width;
@@ -413,32 +472,9 @@ fn decode_group(
         let mut next_tokens = Vec::with_capacity(active.len());
         let mut keep = Vec::with_capacity(active.len());
         for (row, &seq) in active.iter().enumerate() {
-            let token = samplers[seq].next(&rows[row]);
-            gaps[seq].push(top_two_gap(&rows[row]));
-            let finish = if settings.eos.contains(&token) {
-                Some(Finish::Stop)
-            } else {
-                generated[seq].push(token);
-                stats.tokens_generated += 1;
-                if stop_check(&generated[seq]) {
-                    Some(Finish::Stop)
-                } else if generated[seq].len() >= settings.max_new_tokens {
-                    Some(Finish::Length)
-                } else {
-                    None
-                }
-            };
-            match finish {
-                Some(finish) => {
-                    outputs[seq] = Some(Generated {
-                        prompt_tokens: 0,
-                        ids: std::mem::take(&mut generated[seq]),
-                        finish,
-                        elapsed_ms: started.elapsed().as_millis() as u64,
-                        logit_gaps: std::mem::take(&mut gaps[seq]),
-                    });
-                }
-                None => {
+            match sequences[seq].step(&rows[row], settings, stats, stop_check, started) {
+                Advance::Done(output) => outputs[seq] = Some(output),
+                Advance::Continue(token) => {
                     keep.push(row as u32);
                     next_tokens.push(vec![token]);
                 }
@@ -539,9 +575,7 @@ fn t5_group(
     stats.prompt_tokens_processed += lengths.iter().sum::<usize>() as u64;
     let mut encoded = model.encode(&token_tensor(&rows, model.device())?, &lengths)?;
     let mut cache = model.new_cache(batch, settings.max_new_tokens + 1)?;
-    let mut samplers: Vec<Sampler> = (0..batch).map(|_| Sampler::new(settings)).collect();
-    let mut generated: Vec<Vec<u32>> = vec![Vec::new(); batch];
-    let mut gaps: Vec<Vec<f32>> = vec![Vec::new(); batch];
+    let mut sequences: Vec<Sequence> = (0..batch).map(|_| Sequence::new(settings)).collect();
     let mut outputs: Vec<Option<Generated>> = vec![None; batch];
     let mut active: Vec<usize> = (0..batch).collect();
     let mut next: Vec<Vec<u32>> = vec![vec![model.config.decoder_start()]; batch];
@@ -553,32 +587,9 @@ fn t5_group(
         let mut keep = Vec::new();
         next.clear();
         for (row, &seq) in active.iter().enumerate() {
-            let token = samplers[seq].next(&logits[row]);
-            gaps[seq].push(top_two_gap(&logits[row]));
-            let finish = if settings.eos.contains(&token) {
-                Some(Finish::Stop)
-            } else {
-                generated[seq].push(token);
-                stats.tokens_generated += 1;
-                if stop_check(&generated[seq]) {
-                    Some(Finish::Stop)
-                } else if generated[seq].len() >= settings.max_new_tokens {
-                    Some(Finish::Length)
-                } else {
-                    None
-                }
-            };
-            match finish {
-                Some(finish) => {
-                    outputs[seq] = Some(Generated {
-                        prompt_tokens: 0,
-                        ids: std::mem::take(&mut generated[seq]),
-                        finish,
-                        elapsed_ms: started.elapsed().as_millis() as u64,
-                        logit_gaps: std::mem::take(&mut gaps[seq]),
-                    });
-                }
-                None => {
+            match sequences[seq].step(&logits[row], settings, stats, stop_check, started) {
+                Advance::Done(output) => outputs[seq] = Some(output),
+                Advance::Continue(token) => {
                     keep.push(row as u32);
                     next.push(vec![token]);
                 }
