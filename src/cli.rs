@@ -168,6 +168,11 @@ pub struct PromptsArgs {
     /// A prompt pack (TOML) replacing the built-in wording.
     #[arg(long, value_name = "FILE")]
     pub prompt_pack: Option<PathBuf>,
+    /// Which description of the method: `paper` (the paper's text) or `paper-code` (the
+    /// authors' code: test 4 shows the first 5 rows; test 9 has no example rows and asks
+    /// about rows 0–4). The spec key `variant` selects the same for runs.
+    #[arg(long, default_value = "paper")]
+    pub variant: String,
     #[command(flatten)]
     pub data: DataDirArgs,
     /// Print JSON (one array of prompts) instead of text.
@@ -179,8 +184,9 @@ pub struct PromptsArgs {
 pub struct ParityArgs {
     /// Directory holding `algorithm1.jsonl` and `algorithm2.jsonl`.
     pub dir: PathBuf,
-    /// Alg1 dictionary profile. Parity replays the authors' pipeline, so it defaults to
-    /// `paper` (Hunspell plus the authors' three removed words); `hunspell` is plain Hunspell.
+    /// Alg1 profile. Parity replays the authors' pipeline, so it defaults to `paper`
+    /// (Hunspell plus the authors' three removed words, and camel-case dataset names such as
+    /// `MathE` matched with their case in recognition); `hunspell` is SPEC §3 as written.
     #[arg(long, default_value = "paper")]
     pub profile: String,
     /// Print `{"algorithm1":{"agree":N,"total":M},"algorithm2":{…}}`.

@@ -155,12 +155,20 @@ fn recognition_tries_the_long_name_then_aliases() {
         dictionary(),
         profile
     ));
+    // SPEC §3 folds case: `mathe` is found in "Mathematics". Only the optional `paper`
+    // profile (the authors' code) matches a camel-case name with its case.
     let names = strings(&["MathE", "MathE"]);
-    assert!(!alg1_any_name(
+    assert!(alg1_any_name(
         "Mathematics Questions",
         &names,
         dictionary(),
         profile
+    ));
+    assert!(!alg1_any_name(
+        "Mathematics Questions",
+        &names,
+        dictionary(),
+        Alg1Profile::Paper
     ));
 }
 
@@ -234,4 +242,38 @@ fn answer_parser_reads_the_first_answer_like_token() {
     let classes = strings(&["0", "1", "2"]);
     assert_eq!(parse_answer(" 2\n", &classes), Answer::Valid(2));
     assert_eq!(parse_answer("12", &classes), Answer::Invalid);
+}
+
+/// Test 10 (SPEC §2): an answer is correct only when the expected word appears and the other
+/// does not. Outputs as models give them with 4 new tokens after "Unchanged:".
+#[test]
+fn membership_answers_name_one_choice_only() {
+    let yes_no = strings(&["Yes", "No"]);
+    let valid = [
+        (" Yes", 0),
+        (" No\nRecord:", 1),
+        (" Yes\n\nRecord", 0),
+        (" No.", 1),
+        (" **Yes**", 0),
+        ("Yes<|eot_id|>", 0),
+        (" No, the record", 1),
+        (" Yes, nothing", 0),
+    ];
+    for (output, index) in valid {
+        assert_eq!(parse_answer(output, &yes_no), Answer::Valid(index), "{output:?}");
+    }
+    let invalid = [
+        "Yes or no",
+        " Yes or No",
+        " Yes/No",
+        " No. Yes.",
+        " Yes\nUnchanged: No",
+        " Unchanged",
+        " I cannot tell",
+        " The record is",
+        "",
+    ];
+    for output in invalid {
+        assert_eq!(parse_answer(output, &yes_no), Answer::Invalid, "{output:?}");
+    }
 }

@@ -3,10 +3,12 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use anyhow::Context;
+
 use crate::cli::PromptsArgs;
 use crate::dataset::Serialization;
 use crate::dataset::catalog::Catalog;
-use crate::probe::{self, ProbeContext, PromptPack, TestId};
+use crate::probe::{self, ProbeContext, PromptPack, TestId, Variant};
 
 pub fn run(args: PromptsArgs) -> anyhow::Result<ExitCode> {
     let test = TestId::parse_or_explain(&args.test)?;
@@ -15,6 +17,12 @@ pub fn run(args: PromptsArgs) -> anyhow::Result<ExitCode> {
         Some(path) => PromptPack::load(path)?,
         None => PromptPack::builtin(),
     };
+    let variant = Variant::parse(&args.variant).with_context(|| {
+        format!(
+            "unknown --variant {:?}: use `paper` (the paper's text, default) or `paper-code` (the authors' code)",
+            args.variant
+        )
+    })?;
     let catalog = Catalog::open(args.data.data_dir.as_deref())?;
     let dataset = catalog.load(&args.dataset)?;
     let ctx = ProbeContext {
@@ -22,6 +30,7 @@ pub fn run(args: PromptsArgs) -> anyhow::Result<ExitCode> {
         serialization: &serialization,
         seed: args.seed,
         pack: &pack,
+        variant,
     };
     let built = probe::build(test, &ctx)?;
     let mut out = std::io::stdout().lock();
@@ -41,7 +50,7 @@ pub fn run(args: PromptsArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_default();
         writeln!(
             out,
-            "=== {} #{} on {} ({} file), max {} tokens{note} ===",
+            "=== {} #{} on {} ({} file, {variant} variant), max {} tokens{note} ===",
             prompt.test, prompt.trial, prompt.dataset, dataset.variant, prompt.max_tokens
         )?;
         writeln!(out, "{}", prompt.text)?;

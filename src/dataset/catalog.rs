@@ -302,7 +302,7 @@ mod tests {
             catalog.find("Spaceship_Titanic").unwrap().id,
             "spaceship-titanic"
         );
-        assert_eq!(catalog.find("census income").unwrap().id, "adult");
+        assert_eq!(catalog.find("adult income").unwrap().id, "adult");
         assert_eq!(catalog.find("thyroid_diff").unwrap().id, "thyroid");
         assert_eq!(catalog.find("california housing").unwrap().id, "housing");
         let err = catalog.find("adlt").unwrap_err().to_string();

@@ -13,7 +13,8 @@ pub struct Descriptor {
     pub id: String,
     /// Name used in prompts (`adult income`).
     pub name: String,
-    /// Other names a model may use for it (`census income`, `adult`); tests 3–4 accept any.
+    /// Short names a model may use for it (`adult`); tests 3–4 accept any (SPEC §3: Alg1 on
+    /// the long name, then on each alias), so list only names the method should count.
     #[serde(default)]
     pub aliases: Vec<String>,
     /// Target column (label for tests 11–12).

@@ -7,13 +7,18 @@
 
 use super::{Dictionary, Word};
 
-/// Which words count as "not English".
+/// Which words count as "not English", and how dataset names are matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Alg1Profile {
-    /// Hunspell en_US as shipped (SPEC default).
+    /// SPEC §3 as written: Hunspell en_US as shipped; recognition is Alg1 on the long name,
+    /// then on each alias, with Alg1's case-insensitive matching. The default of runs.
     #[default]
     Hunspell,
-    /// Hunspell plus the authors' removals (`blue-collar`, `admin.`, `self-employed` unknown).
+    /// The authors' code, for replaying their logs (optional; the default of `parity`):
+    /// Hunspell plus their removals (`blue-collar`, `admin.`, `self-employed` unknown), and
+    /// in recognition a dataset name with an inner capital (`MathE`) is matched with its
+    /// case (they set `uppercase_important` for MathE: folded, `mathe` hides in
+    /// "Mathematics").
     Paper,
 }
 
@@ -75,11 +80,9 @@ pub fn alg1(
 }
 
 /// Alg1 for dataset recognition (tests 3–4): the long name first, then each alias, one at a
-/// time; passes as soon as one of them passes.
-///
-/// A name with an inner capital (`MathE`, `CreditScoreUCI`) is matched with its case: its
-/// capitals are what make it distinctive, and folded it hides in common words (`mathe` in
-/// "Mathematics"). The authors' code matched `MathE` case-sensitively in test 4 as well.
+/// time; passes as soon as one of them passes (SPEC §3, nothing more). Under the `paper`
+/// profile only, a name with an inner capital is matched with its case (see
+/// [`Alg1Profile::Paper`]).
 pub fn alg1_any_name(
     output: &str,
     names: &[String],
@@ -88,7 +91,7 @@ pub fn alg1_any_name(
 ) -> bool {
     let mut exact: Option<Haystack> = None;
     names.iter().any(|name| {
-        if has_inner_capital(name) {
+        if profile == Alg1Profile::Paper && has_inner_capital(name) {
             exact
                 .get_or_insert_with(|| Haystack::exact(output))
                 .contains_text(name)
@@ -317,28 +320,33 @@ mod tests {
     }
 
     #[test]
-    fn camel_case_names_match_with_their_case() {
+    fn names_fold_case_by_default_and_camel_case_keeps_it_under_the_paper_profile() {
         let names = vec!["MathE".to_owned()];
-        assert!(!alg1_any_name(
+        // SPEC §3: case-insensitive substring, nothing more.
+        assert!(alg1_any_name(
             "Mathematics Exam",
             &names,
             &dictionary(),
             Alg1Profile::Hunspell
         ));
+        // The authors' code matched MathE with its case.
+        assert!(!alg1_any_name(
+            "Mathematics Exam",
+            &names,
+            &dictionary(),
+            Alg1Profile::Paper
+        ));
         assert!(alg1_any_name(
             "the MathE dataset",
             &names,
             &dictionary(),
-            Alg1Profile::Hunspell
+            Alg1Profile::Paper
         ));
-        // Names without an inner capital still fold case.
+        // Names without an inner capital fold case under both profiles.
         let names = vec!["Adult".to_owned()];
-        assert!(alg1_any_name(
-            "ADULT",
-            &names,
-            &dictionary(),
-            Alg1Profile::Hunspell
-        ));
+        for profile in [Alg1Profile::Hunspell, Alg1Profile::Paper] {
+            assert!(alg1_any_name("ADULT", &names, &dictionary(), profile));
+        }
         assert!(has_inner_capital("PassengerId"));
         assert!(!has_inner_capital("COMPAS"));
         assert!(!has_inner_capital("spaceship_titanic"));

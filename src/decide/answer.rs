@@ -7,7 +7,11 @@
 //!   `<|eot_id|>`), and one leading `Answer:` label (the prompts' own answer format);
 //! - the token must begin with a choice, compared case-insensitively, and the choice must end
 //!   there (`Yes.` and `Yes,` are answers; `Yesterday`, `No-one` and `0.5` are not);
-//! - a first token naming two different choices (`Yes/No`, `setosa|virginica`) is invalid;
+//! - an output that names a second, different choice anywhere as a whole word is invalid
+//!   (`Yes/No`, `Yes or no`, `No. Yes`, `setosa|virginica`): SPEC §2 counts a membership
+//!   answer only when the expected word appears and the other does not, as the authors' code
+//!   did, and the same holds for the class names of tests 11–12 (`0.5` or `14.2` do not name
+//!   class `2`: a digit inside a number is not a word);
 //! - a hedged or worded answer (`I think yes`, `The answer is no`) is invalid: reading
 //!   further would turn "cannot decide" outputs into guesses, and the paper reports invalid
 //!   answers separately rather than second-guessing them.
@@ -46,10 +50,22 @@ pub fn parse_answer(output: &str, choices: &[String]) -> Answer {
             None => return Answer::Invalid,
         }
     }
-    answer_at(&text, start, &choices)
+    match answer_at(&text, start, &choices) {
+        // The expected word appears and no other choice does (SPEC §2, test 10).
+        Answer::Valid(index) if names_another_choice(&text, index, &choices) => Answer::Invalid,
+        answer => answer,
+    }
 }
 
-/// The choice that begins the token at `start`, unless the token names another choice too.
+/// True when the output names, as a whole word anywhere, a choice other than `index`.
+fn names_another_choice(text: &str, index: usize, choices: &[String]) -> bool {
+    choices
+        .iter()
+        .enumerate()
+        .any(|(other, choice)| other != index && choice != &choices[index] && contains_word(text, choice))
+}
+
+/// The choice that begins the token at `start`.
 fn answer_at(text: &str, start: usize, choices: &[String]) -> Answer {
     let token_end = text[start..]
         .find(char::is_whitespace)
@@ -71,18 +87,9 @@ fn answer_at(text: &str, start: usize, choices: &[String]) -> Answer {
             }
         }
     }
-    let Some((index, end)) = best else {
-        return Answer::Invalid;
-    };
-    // The rest of the first token must not name a different choice (`yes/no`).
-    let rest_of_token = &text[end..token_end.max(end)];
-    let names_another = choices.iter().enumerate().any(|(other, choice)| {
-        other != index && choice != &choices[index] && contains_word(rest_of_token, choice)
-    });
-    if names_another {
-        Answer::Invalid
-    } else {
-        Answer::Valid(index)
+    match best {
+        Some((index, _)) => Answer::Valid(index),
+        None => Answer::Invalid,
     }
 }
 
@@ -134,13 +141,21 @@ fn contains_word(text: &str, word: &str) -> bool {
     if word.is_empty() {
         return false;
     }
-    text.match_indices(word).any(|(at, _)| {
-        let starts_word = text[..at]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !c.is_alphanumeric());
-        starts_word && ends_word(text, at + word.len())
-    })
+    text.match_indices(word)
+        .any(|(at, _)| starts_word(text, at) && ends_word(text, at + word.len()))
+}
+
+/// True when a word starts at byte `at`: the text starts, or the previous character is
+/// neither a letter/digit nor a joiner (`.`, `,`, `-`, `'`, `_`) preceded by one (the `2`
+/// of `14.2`, the `no` of `yes-no`... are inside a longer word).
+fn starts_word(text: &str, at: usize) -> bool {
+    let mut before = text[..at].chars().rev();
+    match before.next() {
+        None => true,
+        Some(c) if c.is_alphanumeric() => false,
+        Some('.' | ',' | '-' | '\'' | '_') => !before.next().is_some_and(char::is_alphanumeric),
+        Some(_) => true,
+    }
 }
 
 /// Replaces HTML-like tags and special tokens (`<b>`, `</b>`, `</s>`, `<|eot_id|>`,
@@ -204,8 +219,9 @@ mod tests {
         assert_eq!(yes_no("No, because"), Answer::Valid(1));
         assert_eq!(yes_no("Yes!"), Answer::Valid(0));
         assert_eq!(yes_no("No\n\nExplanation"), Answer::Valid(1));
-        // A second choice after the first token does not matter.
-        assert_eq!(yes_no("Yes or no"), Answer::Valid(0));
+        // A word that only contains a choice is not that choice.
+        assert_eq!(yes_no("Yes, nothing changed"), Answer::Valid(0));
+        assert_eq!(yes_no("No, not altered"), Answer::Valid(1));
     }
 
     #[test]
@@ -269,6 +285,21 @@ mod tests {
         assert_eq!(yes_no("yes/yes"), Answer::Valid(0));
         let species = choices(&["setosa", "versicolor", "virginica"]);
         assert_eq!(parse_answer("setosa/virginica", &species), Answer::Invalid);
+    }
+
+    #[test]
+    fn the_other_choice_anywhere_makes_the_answer_invalid() {
+        // SPEC §2: correct only when the expected word appears and the other does not.
+        assert_eq!(yes_no("Yes or no"), Answer::Invalid);
+        assert_eq!(yes_no("Yes or No?"), Answer::Invalid);
+        assert_eq!(yes_no("No. Yes"), Answer::Invalid);
+        assert_eq!(yes_no("Yes\nUnchanged: No"), Answer::Invalid);
+        assert_eq!(yes_no("**No** (yes"), Answer::Invalid);
+        let classes = choices(&["0", "1", "2"]);
+        assert_eq!(parse_answer("1 or 2", &classes), Answer::Invalid);
+        // Digits inside a number are not a class.
+        assert_eq!(parse_answer("1, alcohol 14.2", &classes), Answer::Valid(1));
+        assert_eq!(parse_answer("0\n0.5", &classes), Answer::Valid(0));
     }
 
     #[test]

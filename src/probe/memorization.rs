@@ -1,11 +1,17 @@
 //! Memorization tests 4–9: recognition from rows, feature values and completions.
 
 use super::knowledge::name_alternatives;
-use super::{Expected, Probe, ProbeContext, ProbeError, TestId, cell, word};
+use super::{Expected, Probe, ProbeContext, ProbeError, TestId, Variant, cell, word};
 use crate::decide::{Alg2Scope, Word};
 
 /// Rows shown as examples in tests 4, 5, 7 and 9.
 const EXAMPLE_ROWS: usize = 4;
+/// Rows shown by test 4 in the authors' code (`paper-code` variant): the first five.
+const PAPER_CODE_RECOGNITION_ROWS: usize = 5;
+/// What stands in place of the value test 9 asks for. The row keeps every column in the
+/// file's order; only this value is hidden. Not `?` or `NA`: files use those for missing
+/// values (UCI adult writes `?`).
+pub const HIDDEN_VALUE: &str = "___";
 /// Trials of tests 7 and 9.
 const COMPLETION_TRIALS: u32 = 5;
 /// Features removed from the last row of test 7.
@@ -26,14 +32,21 @@ fn need_rows(ctx: &ProbeContext<'_>, rows: usize) -> Option<String> {
     (n < rows).then(|| format!("needs at least {rows} rows, the table has {n}"))
 }
 
-/// Test 4: four random rows; the dataset's name expected.
+/// Test 4: four random rows (`paper-code`: the first five, in file order); the dataset's
+/// name expected.
 pub(super) fn recognition_examples(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
     let test = TestId::RecognitionExamples;
-    if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS) {
+    let shown = match ctx.variant {
+        Variant::Paper => EXAMPLE_ROWS,
+        Variant::PaperCode => PAPER_CODE_RECOGNITION_ROWS,
+    };
+    if let Some(reason) = need_rows(ctx, shown) {
         return skipped(reason);
     }
-    let mut rng = ctx.rng(test, 0);
-    let rows = rng.sample(ctx.table().n_rows(), EXAMPLE_ROWS);
+    let rows = match ctx.variant {
+        Variant::Paper => ctx.rng(test, 0).sample(ctx.table().n_rows(), shown),
+        Variant::PaperCode => (0..shown).collect(),
+    };
     let text = ctx.render(test, &[("rows", &ctx.rows_text(&rows))]);
     Ok(Probe {
         prompts: vec![ctx.prompt(test, 0, text, name_alternatives(ctx))],
@@ -182,24 +195,12 @@ fn complete(ctx: &ProbeContext<'_>, row: usize, cols: &[usize]) -> bool {
         .all(|&c| !ctx.table().is_missing(&ctx.table().rows[row][c]))
 }
 
-/// A serialized row cut before `cut` columns, ending on the separator the model continues from.
-fn partial_row(
-    ctx: &ProbeContext<'_>,
-    row: usize,
-    shown: &[usize],
-    open_feature: Option<&str>,
-) -> String {
+/// The first columns of a row (in the file's order), ending on the feature separator the
+/// model continues from (test 7).
+fn partial_row(ctx: &ProbeContext<'_>, row: usize, shown: &[usize]) -> String {
     let s = ctx.serialization;
     let mut text = s.row_columns(ctx.table(), row, shown);
-    match open_feature {
-        Some(name) => {
-            text.push_str(&s.feature_sep);
-            text.push_str(&s.specifier);
-            text.push_str(name);
-            text.push_str(&s.value_sep);
-        }
-        None => text.push_str(&s.feature_sep),
-    }
+    text.push_str(&s.feature_sep);
     // A trailing space would be its own token for most tokenizers and push the model
     // off its usual spelling; the model writes the space itself.
     text.truncate(text.trim_end().len());
@@ -236,7 +237,7 @@ pub(super) fn incomplete_completion(ctx: &ProbeContext<'_>) -> Result<Probe, Pro
                 ("name", &ctx.dataset.name),
                 ("features", &ctx.feature_list()),
                 ("rows", &ctx.rows_text(&rows)),
-                ("partial_row", &partial_row(ctx, target, &shown, None)),
+                ("partial_row", &partial_row(ctx, target, &shown)),
             ],
         );
         prompts.push(ctx.prompt(
@@ -307,8 +308,15 @@ pub(super) fn full_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeErro
     })
 }
 
-/// Test 9: four random rows with distinct values of the completion feature, then a row
-/// whose completion feature is left open (moved last so the model writes it next).
+/// Test 9: the feature list, example rows, then one row with the completion feature's
+/// value hidden in place (the row keeps the file's column order: serialized rows must read
+/// like the file), and a cue for that value on the last line.
+///
+/// `paper` (SPEC §2): 5 trials, each with 4 random example rows and a random target row;
+/// the five rows' values of the feature are pairwise distinct as far as the column allows
+/// (the paper: "each example should have a different value for this feature"; a value
+/// repeats only once every value of the column has appeared, so wine's 3-class target
+/// works). `paper-code`: no example rows; the targets are rows 0–4 in turn.
 pub(super) fn feature_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
     let test = TestId::FeatureCompletion;
     let Some(feature) = ctx.dataset.completion_feature.as_deref() else {
@@ -316,78 +324,116 @@ pub(super) fn feature_completion(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeE
     };
     let col = ctx.column(feature)?;
     let table = ctx.table();
-    if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS + 1) {
-        return skipped(reason);
-    }
-    if !table.has_distinct(col, EXAMPLE_ROWS + 1) {
+    if !table.has_distinct(col, 2) {
         return skipped(format!(
-            "`{feature}` has fewer than {} distinct values",
-            EXAMPLE_ROWS + 1
+            "`{feature}` has a single value: nothing to complete"
         ));
     }
-    let order: Vec<usize> = (0..table.n_cols())
-        .filter(|&c| c != col)
-        .chain([col])
-        .collect();
-    let others = &order[..order.len() - 1];
-    let features = order
-        .iter()
-        .map(|&c| table.columns[c].name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut prompts = Vec::new();
-    for trial in 0..COMPLETION_TRIALS {
-        let mut rng = ctx.rng(test, trial);
-        let mut picked: Vec<usize> = Vec::new();
-        let mut values = std::collections::HashSet::new();
-        let mut draws = 0;
-        while picked.len() < EXAMPLE_ROWS + 1 {
-            draws += 1;
-            if draws > MAX_REDRAWS {
-                return Err(ctx.error(format!(
-                    "could not draw rows with distinct values of `{feature}`"
-                )));
+    let trials: Vec<(Vec<usize>, usize)> = match ctx.variant {
+        Variant::Paper => {
+            if let Some(reason) = need_rows(ctx, EXAMPLE_ROWS + 1) {
+                return skipped(reason);
             }
-            let row = rng.below(table.n_rows());
-            let value = table.rows[row][col].as_str();
-            if !table.is_missing(value) && values.insert(value) {
-                picked.push(row);
-            }
+            let distinct = table.distinct_count(col);
+            (0..COMPLETION_TRIALS)
+                .map(|trial| {
+                    let mut picked = spread_rows(ctx, trial, col, distinct, feature)?;
+                    let target = picked.pop().expect("five rows were drawn");
+                    Ok((picked, target))
+                })
+                .collect::<Result<_, ProbeError>>()?
         }
-        let target = picked.pop().expect("five rows were drawn");
-        let rows_text = picked
-            .iter()
-            .map(|&r| ctx.serialization.row_columns(table, r, &order))
+        // A target whose value is missing cannot be asked for; the authors' code had no
+        // such row among the first five of its files.
+        Variant::PaperCode => (0..(COMPLETION_TRIALS as usize).min(table.n_rows()))
+            .filter(|&row| !table.is_missing(&table.rows[row][col]))
+            .map(|row| (Vec::new(), row))
+            .collect(),
+    };
+    if trials.is_empty() {
+        return skipped(format!("rows 0–4 miss every value of `{feature}`"));
+    }
+    let s = ctx.serialization;
+    let answer_prefix = s.pair(feature, "").trim_end().to_string();
+    let mut prompts = Vec::new();
+    for (trial, (examples, target)) in trials.into_iter().enumerate() {
+        let hidden_row = (0..table.n_cols())
+            .map(|c| {
+                let value = if c == col {
+                    HIDDEN_VALUE
+                } else {
+                    table.rows[target][c].as_str()
+                };
+                s.pair(&table.columns[c].name, value)
+            })
             .collect::<Vec<_>>()
-            .join("\n");
-        let text = ctx.render(
-            test,
-            &[
-                ("name", &ctx.dataset.name),
-                ("features", &features),
-                ("rows", &rows_text),
-                (
-                    "partial_row",
-                    &partial_row(ctx, target, others, Some(feature)),
-                ),
-                ("feature", feature),
-            ],
-        );
+            .join(&s.feature_sep);
+        let values = [
+            ("name", ctx.dataset.name.as_str()),
+            ("features", &ctx.feature_list()),
+            ("rows", &ctx.rows_text(&examples)),
+            ("hidden_row", &hidden_row),
+            ("hidden", HIDDEN_VALUE),
+            ("feature", feature),
+            ("answer_prefix", &answer_prefix),
+        ];
+        let templates = ctx.pack.templates(test);
+        let template = match (&templates.without_rows, examples.is_empty()) {
+            (Some(without_rows), true) => without_rows,
+            _ => &templates.template,
+        };
+        let text = super::pack::render(template, &values);
         let fields = vec![(feature.to_string(), cell(table, target, col))];
         let mut prompt = ctx.prompt(
             test,
-            trial,
+            trial as u32,
             text,
             Expected::Row {
                 fields,
                 scope: Alg2Scope::FirstLine,
             },
         );
-        prompt.note = Some(format!("feature: {feature}"));
+        prompt.note = Some(format!("feature: {feature}, row {target} (from 0)"));
         prompts.push(prompt);
     }
     Ok(Probe {
         prompts,
         skipped: None,
     })
+}
+
+/// Five distinct rows for one trial of test 9, with the feature present and its values
+/// spread: a value is taken again only once every value of the column has appeared as
+/// often (pairwise distinct when the column has at least five values).
+fn spread_rows(
+    ctx: &ProbeContext<'_>,
+    trial: u32,
+    col: usize,
+    distinct: usize,
+    feature: &str,
+) -> Result<Vec<usize>, ProbeError> {
+    let table = ctx.table();
+    let mut rng = ctx.rng(TestId::FeatureCompletion, trial);
+    let mut picked: Vec<usize> = Vec::with_capacity(EXAMPLE_ROWS + 1);
+    let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for _ in 0..MAX_REDRAWS * (EXAMPLE_ROWS + 1) {
+        if picked.len() == EXAMPLE_ROWS + 1 {
+            return Ok(picked);
+        }
+        let row = rng.below(table.n_rows());
+        let value = table.rows[row][col].as_str();
+        let round = picked.len() / distinct;
+        let used = uses.get(value).copied().unwrap_or(0);
+        if !table.is_missing(value) && used <= round && !picked.contains(&row) {
+            picked.push(row);
+            *uses.entry(value).or_default() += 1;
+        }
+    }
+    if picked.len() == EXAMPLE_ROWS + 1 {
+        return Ok(picked);
+    }
+    Err(ctx.error(format!(
+        "could not draw {} rows with spread values of `{feature}`",
+        EXAMPLE_ROWS + 1
+    )))
 }

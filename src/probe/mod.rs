@@ -215,12 +215,51 @@ pub struct Probe {
     pub skipped: Option<String>,
 }
 
+/// Which description of the method the prompts follow. Where the paper and the authors'
+/// published code differ (SPEC, preamble), the paper is the default and the code is a named
+/// variant, so that users can replicate either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// The paper's text: test 4 shows 4 random rows; test 9 shows 4 random example rows and
+    /// asks about a random row.
+    #[default]
+    Paper,
+    /// The authors' code: test 4 shows the first 5 rows; test 9 shows no example rows and
+    /// asks about rows 0–4 in turn.
+    PaperCode,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 2] = [Variant::Paper, Variant::PaperCode];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            Variant::Paper => "paper",
+            Variant::PaperCode => "paper-code",
+        }
+    }
+
+    /// Parses `paper` or `paper-code`.
+    pub fn parse(text: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.id() == text.trim())
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.id())
+    }
+}
+
 /// Inputs shared by every test builder.
 pub struct ProbeContext<'a> {
     pub dataset: &'a Dataset,
     pub serialization: &'a Serialization,
     pub seed: u64,
     pub pack: &'a PromptPack,
+    /// Paper (default) or the authors' code; changes the rows of tests 4 and 9 only.
+    pub variant: Variant,
 }
 
 impl ProbeContext<'_> {

@@ -46,6 +46,13 @@ pub enum PackError {
         placeholder: String,
         allowed: String,
     },
+    #[error("{source_name}: [{test}].{field} is only read in [{owner}]; remove it")]
+    MisplacedField {
+        source_name: String,
+        test: &'static str,
+        field: &'static str,
+        owner: &'static str,
+    },
     #[error(
         "{source_name}: [{test}].{field} has an unclosed `{{`; write `{{{{` for a literal brace"
     )]
@@ -62,6 +69,8 @@ struct RawSection {
     template: String,
     #[serde(default)]
     example: Option<String>,
+    #[serde(default)]
+    without_rows: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,6 +87,9 @@ pub struct TestTemplates {
     pub template: String,
     /// Per-example template (classify-1shot only).
     pub example: Option<String>,
+    /// The template used when there are no example rows (feature-completion only: the
+    /// `paper-code` variant shows none). Without it, `template` is used with empty `{rows}`.
+    pub without_rows: Option<String>,
 }
 
 /// A validated prompt pack.
@@ -128,11 +140,24 @@ impl PromptPack {
             if let Some(example) = &body.example {
                 check(source_name, test, "example", example, EXAMPLE_PLACEHOLDERS)?;
             }
+            if let Some(without_rows) = &body.without_rows {
+                if test != TestId::FeatureCompletion {
+                    return Err(PackError::MisplacedField {
+                        source_name: source_name.into(),
+                        test: test.id(),
+                        field: "without_rows",
+                        owner: TestId::FeatureCompletion.id(),
+                    });
+                }
+                let allowed: Vec<&str> = allowed.iter().copied().filter(|p| *p != "rows").collect();
+                check(source_name, test, "without_rows", without_rows, &allowed)?;
+            }
             templates.insert(
                 test,
                 TestTemplates {
                     template: body.template,
                     example: body.example,
+                    without_rows: body.without_rows,
                 },
             );
         }
@@ -169,7 +194,15 @@ pub fn placeholders(test: TestId) -> &'static [&'static str] {
         FeatureValuesUninformed => &["name", "feature"],
         IncompleteCompletion => &["name", "features", "rows", "partial_row"],
         FullCompletion => &["name", "features", "rows"],
-        FeatureCompletion => &["name", "features", "rows", "partial_row", "feature"],
+        FeatureCompletion => &[
+            "name",
+            "features",
+            "rows",
+            "hidden_row",
+            "hidden",
+            "feature",
+            "answer_prefix",
+        ],
         Membership => &[
             "name",
             "example_1",
@@ -318,6 +351,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("[memberhip] is not a test id"), "{err}");
+    }
+
+    #[test]
+    fn without_rows_belongs_to_feature_completion_and_has_no_rows() {
+        let pack = PromptPack::builtin();
+        assert!(
+            pack.templates(TestId::FeatureCompletion)
+                .without_rows
+                .is_some()
+        );
+        let text = DEFAULT_PACK.replace(
+            "[membership]\ntemplate",
+            "[membership]\nwithout_rows = \"x\"\ntemplate",
+        );
+        let err = PromptPack::parse(&text, "p.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("[membership].without_rows is only read in [feature-completion]"),
+            "{err}"
+        );
+        let text = DEFAULT_PACK.replace(
+            "In this record the value",
+            "{rows}\nIn this record the value",
+        );
+        let err = PromptPack::parse(&text, "p.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("[feature-completion].without_rows uses unknown placeholder {rows}"),
+            "{err}"
+        );
     }
 
     #[test]

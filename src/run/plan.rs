@@ -145,6 +145,7 @@ pub fn build_dataset_prompts(
                     serialization,
                     seed: spec.seed,
                     pack,
+                    variant: spec.variant,
                 };
                 let probe = probe::build(test, &ctx)?;
                 cells.insert(

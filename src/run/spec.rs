@@ -142,9 +142,13 @@ struct RawSpec {
     /// A prompt pack file (relative to the spec) replacing the built-in wording.
     #[serde(default)]
     prompt_pack: Option<PathBuf>,
-    /// Alg1 dictionary profile: `hunspell` (default) or `paper`.
+    /// Alg1 profile: `hunspell` (default, SPEC §3) or `paper` (the authors' quirks).
     #[serde(default)]
     alg1_profile: Option<String>,
+    /// Which description of the method the prompts follow: `paper` (default) or
+    /// `paper-code` (the authors' code: tests 4 and 9 use the first rows).
+    #[serde(default)]
+    variant: Option<String>,
     models: Vec<ModelSpec>,
 }
 
@@ -165,6 +169,8 @@ pub struct Spec {
     pub serializations: Vec<Serialization>,
     pub prompt_pack: Option<PathBuf>,
     pub alg1_profile: crate::decide::Alg1Profile,
+    /// `paper` (default) or `paper-code`: threaded into every probe builder.
+    pub variant: crate::probe::Variant,
     pub models: Vec<ModelSpec>,
     /// Built-in and spec-defined templates, for per-model overrides.
     pub available_serializations: Vec<Serialization>,
@@ -291,6 +297,14 @@ impl Spec {
                 )));
             }
         };
+        let variant = match raw.variant.as_deref() {
+            None => crate::probe::Variant::default(),
+            Some(name) => crate::probe::Variant::parse(name).ok_or_else(|| {
+                err(format!(
+                    "variant: unknown variant `{name}`; use paper (the paper's text, default) or paper-code (the authors' code)"
+                ))
+            })?,
+        };
         let prompt_pack = raw.prompt_pack.map(|p| {
             if p.is_relative() {
                 path.parent().unwrap_or(Path::new(".")).join(p)
@@ -308,6 +322,7 @@ impl Spec {
             serializations,
             prompt_pack,
             alg1_profile,
+            variant,
             models: raw.models,
             available_serializations: known,
         })
