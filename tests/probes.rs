@@ -151,6 +151,11 @@ fn prompt_snapshots() {
         };
         insta::assert_snapshot!(test.id(), render(&build(test, "the-is", 0), limit));
     }
+    // The authors' code differs from the paper in tests 4 and 9 only.
+    for test in [TestId::RecognitionExamples, TestId::FeatureCompletion] {
+        let probe = build_on(&dataset(), test, "the-is", 0, Variant::PaperCode);
+        insta::assert_snapshot!(format!("{}-paper-code", test.id()), render(&probe, 5));
+    }
 }
 
 #[test]
