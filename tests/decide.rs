@@ -260,7 +260,11 @@ fn membership_answers_name_one_choice_only() {
         (" Yes, nothing", 0),
     ];
     for (output, index) in valid {
-        assert_eq!(parse_answer(output, &yes_no), Answer::Valid(index), "{output:?}");
+        assert_eq!(
+            parse_answer(output, &yes_no),
+            Answer::Valid(index),
+            "{output:?}"
+        );
     }
     let invalid = [
         "Yes or no",

@@ -363,7 +363,11 @@ fn feature_completion_hides_the_value_in_place_and_spreads_values() {
                 panic!("{fields:?}")
             };
             // Filling the blank gives the row as the file has it.
-            let id = hidden.trim_start_matches("id = ").split(',').next().unwrap();
+            let id = hidden
+                .trim_start_matches("id = ")
+                .split(',')
+                .next()
+                .unwrap();
             let row = ROWS.iter().find(|r| r[0] == id).unwrap();
             assert_eq!(expected, row[3].parse::<f64>().unwrap());
             let mut values: Vec<String> = rows[..4].iter().map(|r| score(r)).collect();
@@ -418,7 +422,13 @@ fn wine_feature_completion_asks_for_the_target() {
 fn paper_code_variant_uses_the_first_rows() {
     let d = dataset();
     let s = Serialization::builtin("the-is").unwrap();
-    let recognition = build_on(&d, TestId::RecognitionExamples, "the-is", 3, Variant::PaperCode);
+    let recognition = build_on(
+        &d,
+        TestId::RecognitionExamples,
+        "the-is",
+        3,
+        Variant::PaperCode,
+    );
     let first_five: Vec<String> = (0..5).map(|r| s.row(&d.table, r)).collect();
     assert!(
         recognition.prompts[0].text.contains(&first_five.join("\n")),
@@ -433,7 +443,13 @@ fn paper_code_variant_uses_the_first_rows() {
         .count();
     assert_eq!(shown, 4);
 
-    let completion = build_on(&d, TestId::FeatureCompletion, "the-is", 3, Variant::PaperCode);
+    let completion = build_on(
+        &d,
+        TestId::FeatureCompletion,
+        "the-is",
+        3,
+        Variant::PaperCode,
+    );
     assert_eq!(completion.prompts.len(), 5);
     for (i, p) in completion.prompts.iter().enumerate() {
         assert!(
@@ -441,8 +457,18 @@ fn paper_code_variant_uses_the_first_rows() {
             "no example rows: {}",
             p.text
         );
-        let rows: Vec<&str> = p.text.lines().filter(|l| l.starts_with("The id is ")).collect();
-        assert_eq!(rows, [format!("The id is {}, The age is {}, The colour is {}, The score is ___, The region is {}, The bought is {}", ROWS[i][0], ROWS[i][1], ROWS[i][2], ROWS[i][4], ROWS[i][5])]);
+        let rows: Vec<&str> = p
+            .text
+            .lines()
+            .filter(|l| l.starts_with("The id is "))
+            .collect();
+        assert_eq!(
+            rows,
+            [format!(
+                "The id is {}, The age is {}, The colour is {}, The score is ___, The region is {}, The bought is {}",
+                ROWS[i][0], ROWS[i][1], ROWS[i][2], ROWS[i][4], ROWS[i][5]
+            )]
+        );
         let Expected::Row { fields, .. } = &p.expected else {
             panic!()
         };
@@ -456,7 +482,10 @@ fn paper_code_variant_uses_the_first_rows() {
     }
     // Every other test builds the same prompts under both variants.
     for test in TestId::ALL {
-        if !matches!(test, TestId::RecognitionExamples | TestId::FeatureCompletion) {
+        if !matches!(
+            test,
+            TestId::RecognitionExamples | TestId::FeatureCompletion
+        ) {
             assert_eq!(
                 build_on(&d, test, "colon", 5, Variant::Paper),
                 build_on(&d, test, "colon", 5, Variant::PaperCode),
@@ -495,7 +524,16 @@ fn serialized_rows_keep_the_files_column_order() {
     // The paper's files, where the development checkout has them: other headers, other
     // column positions (wine's target is last there).
     if Path::new(PAPER_DIR).is_dir() {
-        for id in ["adult", "german", "iris", "wine", "titanic", "bank", "spaceship-titanic", "thyroid"] {
+        for id in [
+            "adult",
+            "german",
+            "iris",
+            "wine",
+            "titanic",
+            "bank",
+            "spaceship-titanic",
+            "thyroid",
+        ] {
             datasets.push(load(Path::new(PAPER_DIR), id));
         }
     }
@@ -532,7 +570,10 @@ fn serialized_rows_keep_the_files_column_order() {
             }
         }
     }
-    assert!(rows_checked > 5_000, "only {rows_checked} rows were checked");
+    assert!(
+        rows_checked > 5_000,
+        "only {rows_checked} rows were checked"
+    );
 }
 
 /// SPEC §2: a membership answer is correct only when the expected word appears and the
@@ -600,7 +641,10 @@ fn spec_selects_the_variant() {
         )
     };
     let path = Path::new("v.toml");
-    assert_eq!(Spec::parse(&body(""), path).unwrap().variant, Variant::Paper);
+    assert_eq!(
+        Spec::parse(&body(""), path).unwrap().variant,
+        Variant::Paper
+    );
     assert_eq!(
         Spec::parse(&body("variant = \"paper-code\""), path)
             .unwrap()
@@ -623,9 +667,18 @@ fn spec_selects_the_variant() {
 fn prompts_command_shows_either_variant() {
     let prompts = |variant: &str| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .args(["prompts", "--dataset", "wine", "--test", "feature-completion"])
+            .args([
+                "prompts",
+                "--dataset",
+                "wine",
+                "--test",
+                "feature-completion",
+            ])
             .args(["--variant", variant, "--json", "--data-dir", SHIPPED_DIR])
-            .env("TABCONTAM_HOME", std::env::temp_dir().join("tabcontam-probes-home"))
+            .env(
+                "TABCONTAM_HOME",
+                std::env::temp_dir().join("tabcontam-probes-home"),
+            )
             .output()
             .unwrap();
         assert!(
@@ -638,14 +691,36 @@ fn prompts_command_shows_either_variant() {
     let paper = prompts("paper");
     let code = prompts("paper-code");
     assert_eq!((paper.len(), code.len()), (5, 5));
-    assert!(paper.iter().all(|p| p.text.contains("Records, one per line")));
-    assert!(code.iter().all(|p| !p.text.contains("Records, one per line")));
-    assert!(code[0].text.contains("The target is ___, The alcohol is 14.23,"));
+    assert!(
+        paper
+            .iter()
+            .all(|p| p.text.contains("Records, one per line"))
+    );
+    assert!(
+        code.iter()
+            .all(|p| !p.text.contains("Records, one per line"))
+    );
+    assert!(
+        code[0]
+            .text
+            .contains("The target is ___, The alcohol is 14.23,")
+    );
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(["prompts", "--dataset", "wine", "--test", "9", "--variant", "code"])
+        .args([
+            "prompts",
+            "--dataset",
+            "wine",
+            "--test",
+            "9",
+            "--variant",
+            "code",
+        ])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("--variant") && stderr.contains("paper-code"), "{stderr}");
+    assert!(
+        stderr.contains("--variant") && stderr.contains("paper-code"),
+        "{stderr}"
+    );
 }

@@ -59,10 +59,9 @@ pub fn parse_answer(output: &str, choices: &[String]) -> Answer {
 
 /// True when the output names, as a whole word anywhere, a choice other than `index`.
 fn names_another_choice(text: &str, index: usize, choices: &[String]) -> bool {
-    choices
-        .iter()
-        .enumerate()
-        .any(|(other, choice)| other != index && choice != &choices[index] && contains_word(text, choice))
+    choices.iter().enumerate().any(|(other, choice)| {
+        other != index && choice != &choices[index] && contains_word(text, choice)
+    })
 }
 
 /// The choice that begins the token at `start`.
@@ -258,7 +257,9 @@ mod tests {
     #[test]
     fn label_is_an_answer_when_it_is_a_choice() {
         let odd = choices(&["answer", "question"]);
-        assert_eq!(parse_answer("Answer: question", &odd), Answer::Valid(0));
+        assert_eq!(parse_answer("Answer: maybe", &odd), Answer::Valid(0));
+        // Naming the other choice too makes it no answer.
+        assert_eq!(parse_answer("Answer: question", &odd), Answer::Invalid);
     }
 
     #[test]
