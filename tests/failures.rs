@@ -247,7 +247,8 @@ fn truncated_local_weights_fail_the_run_and_keep_the_remote_answers() {
 #[test]
 fn a_cache_that_stops_taking_writes_fails_the_run_and_decides_what_was_stored() {
     let env = Env::new();
-    let server = env.server(MockConfig::new());
+    // Answers take 20 ms, so the writer meets the error long before everything is sent.
+    let server = env.server(MockConfig::new().latency(Duration::from_millis(20)));
     let spec = env.spec(&format!("{HEADER}{}", remote_model(&server.url(), 4)));
     // Create the cache, then make it refuse every response after the 60th (as a full
     // disk would), with a trigger in the real SQLite file.
@@ -325,4 +326,88 @@ fn remote_and_local_models_of_one_spec_run_at_the_same_time() {
         local_first < remote_last && remote_first < local_last,
         "remote {remote_first}..{remote_last}, local {local_first}..{local_last}"
     );
+}
+
+#[test]
+fn a_cache_that_refuses_verdicts_still_ends_the_run_failed_with_the_reason() {
+    let env = Env::new();
+    let server = env.server(MockConfig::new());
+    let spec = env.spec(&format!("{HEADER}{}", remote_model(&server.url(), 8)));
+    let out = env.run(&["run", spec.to_str().unwrap(), "--offline", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{:?}", text(&out));
+    let conn = rusqlite::Connection::open(env.cache()).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER no_verdicts BEFORE INSERT ON trials
+         BEGIN SELECT RAISE(ABORT, 'trials are read-only (test)'); END;",
+    )
+    .unwrap();
+    drop(conn);
+    let out = env.run(&["run", spec.to_str().unwrap(), "--json"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one error line: {stderr}");
+    assert!(
+        stderr.contains("deciding the stored answers failed")
+            && stderr.contains("trials are read-only (test)"),
+        "{stderr}"
+    );
+    // Every answer is stored and the run is not left `running`.
+    let status = env.status();
+    assert_eq!(status["responses"], PER_MODEL);
+    let run = last_run(&status);
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["reason"]
+            .as_str()
+            .unwrap()
+            .contains("trials are read-only (test)"),
+        "{run}"
+    );
+}
+
+/// Records what the workflow announces.
+#[derive(Default)]
+struct Recorder {
+    starts: Vec<tabcontam::run::workflow::RunStart>,
+}
+
+impl tabcontam::run::workflow::RunObserver for Recorder {
+    fn started(&mut self, start: &tabcontam::run::workflow::RunStart) {
+        self.starts.push(start.clone());
+    }
+}
+
+#[test]
+fn the_workflow_is_one_library_call() {
+    use tabcontam::run::workflow::{RunSettings, run_experiment};
+    use tabcontam::store::RunStatus;
+    let env = Env::new();
+    let model = env.dir.path().join("tiny");
+    tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
+    let spec = env.spec(&format!("{HEADER}{}", local_model("tiny", &model)));
+    let settings = RunSettings {
+        spec,
+        only_models: Vec::new(),
+        data_dir: None,
+        cache: env.cache(),
+        // Local models need no network: they run offline too.
+        offline: true,
+        show_progress: false,
+    };
+    let mut recorder = Recorder::default();
+    let report = run_experiment(&settings, &mut recorder).unwrap();
+    assert_eq!(report.status, RunStatus::Finished, "{report:?}");
+    assert_eq!(report.reason, None);
+    assert_eq!(report.models["tiny"].sent, PER_MODEL);
+    assert_eq!(report.missing, 0);
+    assert_eq!(report.cells_incomplete, 0);
+    assert_eq!(recorder.starts.len(), 1);
+    assert_eq!(recorder.starts[0].to_send, PER_MODEL);
+    assert_eq!(recorder.starts[0].run_id, report.run_id);
+
+    // Again: everything is cached, nothing is generated, the same cells are decided.
+    let again = run_experiment(&settings, &mut ()).unwrap();
+    assert_eq!(again.counts.cached, PER_MODEL);
+    assert_eq!(again.counts.sent, 0);
+    assert_eq!(again.cells_decided, report.cells_decided);
 }

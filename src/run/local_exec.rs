@@ -19,7 +19,7 @@ use crate::llm::Request;
 use crate::llm::error::ErrorClass;
 use crate::llm::local::fetch::{DEFAULT_MODEL_FILE, ensure_default_model, models_dir};
 use crate::llm::local::files::{ModelFiles, weights_digest};
-use crate::llm::local::{LocalError, LocalModel, LocalOptions};
+use crate::llm::local::{LocalModel, LocalOptions};
 
 /// The `model` value that names the embedded default model (fetched when missing).
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -110,7 +110,11 @@ pub(super) fn run_local_models(
         }));
         let (kind, message, failed) = match run {
             Ok(Ok(())) => continue,
-            Ok(Err(LocalFailure { kind, error, batch })) => (kind, error.to_string(), batch),
+            Ok(Err(LocalFailure {
+                kind,
+                message,
+                batch,
+            })) => (kind, message, batch),
             Err(panic) => {
                 let what = panic
                     .downcast_ref::<&str>()
@@ -145,7 +149,8 @@ pub(super) fn run_local_models(
 /// Why a local model stopped, and which of its requests failed with it.
 struct LocalFailure {
     kind: &'static str,
-    error: LocalError,
+    /// The [`LocalError`](crate::llm::local::LocalError)'s message (it names the file at fault and the fix).
+    message: String,
     batch: std::ops::Range<usize>,
 }
 
@@ -176,7 +181,7 @@ fn generate_model(
     // A load failure is recorded against the model's first request: no request of it ran.
     let mut local = LocalModel::load(&work.weights, &options).map_err(|error| LocalFailure {
         kind: LOAD_FAILED,
-        error,
+        message: error.to_string(),
         batch: 0..1,
     })?;
     bar.set_message(format!("loaded in {:.1}s", loading.elapsed().as_secs_f64()));
@@ -204,7 +209,7 @@ fn generate_model(
             .generate_batch(&prompts, &first.params, first.sample)
             .map_err(|error| LocalFailure {
                 kind: INFERENCE_FAILED,
-                error,
+                message: error.to_string(),
                 batch: index..end,
             })?;
         for (request, response) in batch.iter().zip(responses) {
