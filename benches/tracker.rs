@@ -21,7 +21,7 @@ use mock_server::{MockConfig, MockServer};
 use tabcontam::llm::client::Client;
 use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, Response};
 use tabcontam::probe::Expected;
-use tabcontam::run::execute::{ModelWork, send_all};
+use tabcontam::run::execute::{ModelWork, Work, send_all};
 use tabcontam::run::session::prepare;
 use tabcontam::store::Store;
 
@@ -234,13 +234,17 @@ fn bench_throughput() {
     let mut store = store;
     let run = store.begin_run("bench", "").unwrap();
     let client = Client::new(client_config).unwrap();
-    let work = vec![ModelWork {
-        id: "bench".into(),
-        client,
-        requests: requests(N, "concurrent"),
-    }];
+    let work = Work {
+        remote: vec![ModelWork {
+            id: "bench".into(),
+            client,
+            requests: requests(N, "concurrent"),
+            cached: 0,
+        }],
+        local: Vec::new(),
+    };
     let started = Instant::now();
-    let (store, outcome) = send_all(store, run, work, &[0], false).unwrap();
+    let (store, outcome) = send_all(store, run, work, false).unwrap();
     let wall = started.elapsed();
     let stored = store.status().unwrap().responses;
     assert_eq!(outcome.per_model["bench"].failed, 0, "{outcome:?}");

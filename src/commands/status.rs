@@ -81,6 +81,9 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
                 r.counts.failed,
                 r.started_at
             )?;
+            if let Some(reason) = &r.reason {
+                writeln!(out, "     {}: {reason}", r.status.id())?;
+            }
         }
     }
     if !report.recent_failures.is_empty() {

@@ -1,8 +1,16 @@
-//! The executor: sends the requests the cache lacks, with per-model limits and retries,
-//! commits each response as it arrives, and stops cleanly on Ctrl-C.
+//! The executor: sends the requests the cache lacks, remote and local at once, with
+//! per-model limits and retries, commits each response as it arrives, and stops cleanly on
+//! Ctrl-C.
 //!
-//! Responses flow from the network tasks to one writer thread that owns the [`Store`]
-//! (the store is the only SQLite owner, and SQLite wants one writer per connection).
+//! Threads: the tokio runtime sends remote requests; local models generate one after
+//! another on one blocking thread of that runtime (each already uses every core for its
+//! matrix products, and one loaded model at a time bounds memory), so a spec's local and
+//! remote models run side by side.
+//!
+//! Architecture Invariant: one writer thread owns the [`Store`] while the executor runs.
+//! Network tasks and the local-inference thread never touch SQLite: they send each
+//! response or failure over one channel to the writer, which commits it (one short
+//! transaction each). So a run has a single SQLite writer, whatever mix of models it has.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +20,7 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::task::JoinSet;
 
+use super::local_exec::{LocalWork, run_local_models};
 use crate::llm::client::Client;
 use crate::llm::error::ErrorClass;
 use crate::llm::{Request, Response};
@@ -27,7 +36,8 @@ pub struct ModelProgress {
     pub completion_tokens: u64,
     /// Failure kinds and counts, for the summary.
     pub failures: BTreeMap<String, u64>,
-    /// Set when the model stopped early (bad key, unknown model): the rest were not sent.
+    /// Set when the model stopped early (bad key, unknown model, local weights that do not
+    /// load, a local inference error): the rest were not sent.
     pub stopped: Option<String>,
 }
 
@@ -37,23 +47,49 @@ pub struct SendOutcome {
     pub per_model: BTreeMap<String, ModelProgress>,
     pub interrupted: bool,
     pub wall: Duration,
+    /// An error of the executor itself (writing the cache failed, the local-inference
+    /// thread died): it stopped sending; what was stored before it stays stored.
+    pub error: Option<String>,
 }
 
-/// Work for one model: its client and the requests to send.
+/// Work for one remote model: its client and the requests to send.
 pub struct ModelWork {
     pub id: String,
     pub client: Client,
     pub requests: Vec<Request>,
+    /// Requests of this model answered from the cache (shown in its progress bar).
+    pub cached: u64,
 }
 
-enum Outcome {
+/// Everything one run sends: remote models (over the network) and local models (candle).
+#[derive(Default)]
+pub struct Work {
+    pub remote: Vec<ModelWork>,
+    pub local: Vec<LocalWork>,
+}
+
+impl Work {
+    pub fn is_empty(&self) -> bool {
+        self.remote.is_empty() && self.local.is_empty()
+    }
+
+    /// Requests to send, over every model.
+    pub fn requests(&self) -> u64 {
+        let remote: usize = self.remote.iter().map(|w| w.requests.len()).sum();
+        let local: usize = self.local.iter().map(|w| w.requests.len()).sum();
+        (remote + local) as u64
+    }
+}
+
+/// What a network task or the local thread hands to the writer. `model` indexes the
+/// executor's models: remote ones first, then local ones.
+pub(super) enum Outcome {
     Stored {
         model: usize,
         response: Response,
     },
     Failed {
         model: usize,
-        request: Box<Request>,
         kind: String,
         message: String,
         attempts: u32,
@@ -61,22 +97,49 @@ enum Outcome {
     },
 }
 
-/// Sends every request, storing responses and failures through `store` as they arrive.
-/// Returns the store (it moved to the writer thread) and what happened.
+/// The channel to the writer thread.
+pub(super) type OutcomeSender = std::sync::mpsc::Sender<(Request, Outcome)>;
+
+/// Sends every request of `work`, remote and local at the same time, storing responses and
+/// failures through `store` as they arrive. Returns the store (it moved to the writer
+/// thread) and what happened; an error of the writer is in [`SendOutcome::error`], with the
+/// store returned. `Err` only when the executor could not start or its writer died (the
+/// store is then gone: reopen the cache to record the run's end).
 pub fn send_all(
     store: Store,
     run: RunId,
-    work: Vec<ModelWork>,
-    cached: &[u64],
+    work: Work,
     show_progress: bool,
 ) -> anyhow::Result<(Store, SendOutcome)> {
     let started = Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel::<(Request, Outcome)>();
-    let model_ids: Vec<String> = work.iter().map(|w| w.id.clone()).collect();
-    let totals: Vec<u64> = work.iter().map(|w| w.requests.len() as u64).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let Work { remote, local } = work;
+    let model_ids: Vec<String> = remote
+        .iter()
+        .map(|w| w.id.clone())
+        .chain(local.iter().map(|w| w.spec.id.clone()))
+        .collect();
+    let totals: Vec<u64> = remote
+        .iter()
+        .map(|w| w.requests.len() as u64)
+        .chain(local.iter().map(|w| w.requests.len() as u64))
+        .collect();
+    let cached: Vec<u64> = remote
+        .iter()
+        .map(|w| w.cached)
+        .chain(local.iter().map(|w| w.cached))
+        .collect();
+    let first_local = remote.len();
 
-    let progress = Progress::new(&model_ids, &totals, cached, show_progress);
+    let progress = Progress::new(&model_ids, &totals, &cached, first_local, show_progress);
+    // Set on Ctrl-C and when the cache cannot be written: nothing new is sent after it.
+    let halt = Arc::new(AtomicBool::new(false));
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel::<(Request, Outcome)>();
     let writer_progress = progress.clone();
+    let writer_halt = Arc::clone(&halt);
     let writer = std::thread::Builder::new()
         .name("tabcontam-store-writer".into())
         .spawn(move || {
@@ -88,12 +151,20 @@ pub fn send_all(
                     ..Default::default()
                 })
                 .collect();
-            let mut first_error: Option<anyhow::Error> = None;
+            let mut first_error: Option<String> = None;
+            let mut cache_failed = |error: crate::store::StoreError| {
+                writer_halt.store(true, Ordering::SeqCst);
+                first_error.get_or_insert_with(|| {
+                    format!(
+                        "writing to the cache failed ({error}); responses received before the error are stored"
+                    )
+                });
+            };
             for (request, outcome) in rx {
                 match outcome {
                     Outcome::Stored { model, response } => {
                         if let Err(e) = store.put_response(&request, &response) {
-                            first_error.get_or_insert(e.into());
+                            cache_failed(e);
                             continue;
                         }
                         let p = &mut per_model[model];
@@ -104,7 +175,6 @@ pub fn send_all(
                     }
                     Outcome::Failed {
                         model,
-                        request: failed,
                         kind,
                         message,
                         attempts,
@@ -112,9 +182,9 @@ pub fn send_all(
                     } => {
                         let model_id = &writer_progress.ids[model];
                         if let Err(e) =
-                            store.record_failure(run, &failed, model_id, &kind, &message, attempts)
+                            store.record_failure(run, &request, model_id, &kind, &message, attempts)
                         {
-                            first_error.get_or_insert(e.into());
+                            cache_failed(e);
                         }
                         let p = &mut per_model[model];
                         p.failed += 1;
@@ -129,32 +199,59 @@ pub fn send_all(
             (store, per_model, first_error)
         })?;
 
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
+    let local_thread_error = runtime.block_on(async {
         let mut tasks = JoinSet::new();
-        for (model_index, model) in work.into_iter().enumerate() {
+        for (model_index, model) in remote.into_iter().enumerate() {
             let tx = tx.clone();
-            let interrupted = Arc::clone(&interrupted);
-            tasks.spawn(send_model(model_index, model, tx, interrupted));
+            let halt = Arc::clone(&halt);
+            tasks.spawn(send_model(model_index, model, tx, halt));
         }
+        let mut local_thread = (!local.is_empty()).then(|| {
+            let tx = tx.clone();
+            let halt = Arc::clone(&halt);
+            let bars = progress.bars[first_local..].to_vec();
+            tokio::task::spawn_blocking(move || {
+                run_local_models(first_local, local, &tx, &halt, &bars)
+            })
+        });
         drop(tx);
+        let mut local_thread_error = None;
         let ctrl_c = tokio::signal::ctrl_c();
         tokio::pin!(ctrl_c);
+        let mut remote_done = false;
         loop {
             tokio::select! {
-                next = tasks.join_next() => if next.is_none() { break },
+                next = tasks.join_next(), if !remote_done => {
+                    remote_done = next.is_none();
+                }
+                joined = async { local_thread.as_mut().expect("guarded").await },
+                    if local_thread.is_some() =>
+                {
+                    local_thread = None;
+                    if let Err(e) = joined {
+                        local_thread_error = Some(format!("the local-inference thread died: {e}"));
+                    }
+                }
                 _ = &mut ctrl_c => {
                     interrupted.store(true, Ordering::SeqCst);
-                    // In-flight requests are abandoned: they were not stored, so a rerun sends them.
+                    halt.store(true, Ordering::SeqCst);
+                    // In-flight requests are abandoned: they were not stored, so a rerun
+                    // sends them. A local batch in progress finishes and is stored.
                     tasks.abort_all();
                     while tasks.join_next().await.is_some() {}
+                    if let Some(thread) = local_thread.take()
+                        && let Err(e) = thread.await
+                    {
+                        local_thread_error = Some(format!("the local-inference thread died: {e}"));
+                    }
                     break;
                 }
             }
+            if remote_done && local_thread.is_none() {
+                break;
+            }
         }
+        local_thread_error
     });
     // Dropping the runtime drops every sender; the writer then drains and ends.
     drop(runtime);
@@ -162,15 +259,11 @@ pub fn send_all(
         .join()
         .map_err(|_| anyhow::anyhow!("the cache writer thread panicked"))?;
     progress.finish();
-    if let Some(error) = first_error {
-        return Err(error.context(
-            "writing to the cache failed; responses received before the error are stored",
-        ));
-    }
     let outcome = SendOutcome {
         per_model: progress.ids.iter().cloned().zip(per_model).collect(),
         interrupted: interrupted.load(Ordering::SeqCst),
         wall: started.elapsed(),
+        error: first_error.or(local_thread_error),
     };
     Ok((store, outcome))
 }
@@ -180,14 +273,14 @@ pub fn send_all(
 async fn send_model(
     model_index: usize,
     model: ModelWork,
-    tx: std::sync::mpsc::Sender<(Request, Outcome)>,
-    interrupted: Arc<AtomicBool>,
+    tx: OutcomeSender,
+    halt: Arc<AtomicBool>,
 ) {
     let window = model.client.config().concurrency.max(1) * 2;
     let stop = Arc::new(AtomicBool::new(false));
     let mut in_flight = JoinSet::new();
     for request in model.requests {
-        if interrupted.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
+        if halt.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
             break;
         }
         while in_flight.len() >= window {
@@ -213,7 +306,6 @@ async fn send_model(
                     }
                     Outcome::Failed {
                         model: model_index,
-                        request: Box::new(request.clone()),
                         kind: error_kind(&error),
                         message: error.to_string(),
                         attempts: error.attempts().unwrap_or(1),
@@ -240,17 +332,21 @@ fn error_kind(error: &crate::llm::error::LlmError) -> String {
     }
 }
 
-/// Progress bars, one per model (hidden when stderr is not a terminal or when quiet).
+/// Progress bars, one per model (hidden when stderr is not a terminal or when quiet), in
+/// one block so that remote and local bars running at once do not overwrite each other.
 #[derive(Clone)]
 struct Progress {
     ids: Vec<String>,
     cached: Vec<u64>,
     bars: Vec<ProgressBar>,
+    /// Models from this index on are local: their thread writes their bar's message
+    /// (load time, tokens per second); the writer only moves the bar.
+    first_local: usize,
     _multi: Option<MultiProgress>,
 }
 
 impl Progress {
-    fn new(ids: &[String], totals: &[u64], cached: &[u64], show: bool) -> Self {
+    fn new(ids: &[String], totals: &[u64], cached: &[u64], first_local: usize, show: bool) -> Self {
         let multi =
             show.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(5)));
         let width = ids.iter().map(String::len).max().unwrap_or(5);
@@ -276,6 +372,7 @@ impl Progress {
             ids: ids.to_vec(),
             cached: cached.to_vec(),
             bars,
+            first_local,
             _multi: multi,
         };
         for (model, _) in ids.iter().enumerate() {
@@ -287,6 +384,9 @@ impl Progress {
     fn update(&self, model: usize, p: &ModelProgress) {
         let bar = &self.bars[model];
         bar.set_position(p.sent + p.failed);
+        if model >= self.first_local {
+            return;
+        }
         bar.set_message(format!(
             "sent {} cached {} failed {} tokens {}",
             p.sent,

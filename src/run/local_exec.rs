@@ -1,23 +1,25 @@
 //! Running requests on local weights (candle): batches of consecutive prompts with the same
-//! generation parameters, each response committed as soon as its batch finishes.
+//! generation parameters, each response handed to the executor's writer as soon as its
+//! batch finishes.
 //!
-//! Inference is CPU-bound and synchronous, so this runs on the calling thread; a small
-//! signal thread turns Ctrl-C into a flag checked between batches.
+//! Inference is CPU-bound and synchronous, so it runs on a blocking thread of the executor
+//! while the remote requests go out; the executor's Ctrl-C handler sets a flag checked
+//! between batches.
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 
-use super::execute::ModelProgress;
+use super::execute::{Outcome, OutcomeSender};
 use super::spec::ModelSpec;
 use crate::llm::Request;
+use crate::llm::error::ErrorClass;
 use crate::llm::local::fetch::{DEFAULT_MODEL_FILE, ensure_default_model, models_dir};
 use crate::llm::local::files::{ModelFiles, weights_digest};
 use crate::llm::local::{LocalModel, LocalOptions};
-use crate::store::{RunId, Store};
 
 /// The `model` value that names the embedded default model (fetched when missing).
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -68,51 +70,129 @@ pub fn ensure_weights(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<Path
     }
 }
 
-/// Generates every request on `model`, storing each response through `store`.
-pub fn send_local(
-    store: &mut Store,
-    run: RunId,
-    spec: &ModelSpec,
-    weights: &Path,
-    requests: Vec<Request>,
-    show_progress: bool,
-) -> anyhow::Result<(ModelProgress, bool)> {
+/// Work for one local model: its spec, where its weights are and the requests to generate.
+pub struct LocalWork {
+    pub spec: ModelSpec,
+    pub weights: PathBuf,
+    pub requests: Vec<Request>,
+    /// Requests of this model answered from the cache (for the progress bar).
+    pub cached: u64,
+}
+
+/// Failure kinds of local models, as recorded in the `failures` table.
+pub const LOAD_FAILED: &str = "local-load";
+pub const INFERENCE_FAILED: &str = "local-inference";
+pub const INFERENCE_PANICKED: &str = "local-panic";
+
+/// Generates the requests of each local model in turn (one loaded model at a time), handing
+/// every response to the writer through `tx`. Called on the executor's blocking thread;
+/// `halt` (Ctrl-C, a cache error) is checked between batches, so a batch in progress
+/// finishes and is stored first. A model that fails (its weights do not load, inference
+/// errs or panics) is recorded as failed and stopped; the next model still runs.
+/// `first_model` is the executor's index of `work[0]`; `bars[i]` is `work[i]`'s bar.
+pub(super) fn run_local_models(
+    first_model: usize,
+    work: Vec<LocalWork>,
+    tx: &OutcomeSender,
+    halt: &AtomicBool,
+    bars: &[ProgressBar],
+) {
+    for (offset, (work, bar)) in work.into_iter().zip(bars).enumerate() {
+        if halt.load(Ordering::SeqCst) {
+            break;
+        }
+        let model = first_model + offset;
+        let current = std::cell::Cell::new(0usize);
+        // A panic in inference code (a shape it did not expect) fails this model, not the
+        // run: the answers of the other models are still stored and decided.
+        let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            generate_model(model, &work, tx, halt, bar, &current)
+        }));
+        let (kind, message, failed) = match run {
+            Ok(Ok(())) => continue,
+            Ok(Err(LocalFailure {
+                kind,
+                message,
+                batch,
+            })) => (kind, message, batch),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                let at = current.get();
+                (
+                    INFERENCE_PANICKED,
+                    format!("local inference panicked: {what}"),
+                    at..(at + 1).min(work.requests.len()),
+                )
+            }
+        };
+        bar.set_message(format!("failed: {kind}"));
+        for request in &work.requests[failed] {
+            let outcome = Outcome::Failed {
+                model,
+                kind: kind.to_string(),
+                message: message.clone(),
+                attempts: 1,
+                // Every later request of this model would fail alike: stop it.
+                class: ErrorClass::FailsModel,
+            };
+            if tx.send((request.clone(), outcome)).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Why a local model stopped, and which of its requests failed with it.
+struct LocalFailure {
+    kind: &'static str,
+    /// The [`LocalError`](crate::llm::local::LocalError)'s message (it names the file at fault and the fix).
+    message: String,
+    batch: std::ops::Range<usize>,
+}
+
+/// Loads one model and generates its requests in batches of consecutive prompts with the
+/// same parameters. `current` tracks the batch start, for the panic handler.
+fn generate_model(
+    model: usize,
+    work: &LocalWork,
+    tx: &OutcomeSender,
+    halt: &AtomicBool,
+    bar: &ProgressBar,
+    current: &std::cell::Cell<usize>,
+) -> Result<(), LocalFailure> {
+    let requests = &work.requests;
+    if requests.is_empty() {
+        return Ok(());
+    }
     let options = LocalOptions {
-        max_batch: spec.max_batch.unwrap_or(LocalOptions::default().max_batch),
-        chat_template: spec.chat_template,
+        max_batch: work
+            .spec
+            .max_batch
+            .unwrap_or(LocalOptions::default().max_batch),
+        chat_template: work.spec.chat_template,
         ..LocalOptions::default()
     };
+    bar.set_message("loading");
     let loading = Instant::now();
-    let mut model = LocalModel::load(weights, &options)?;
-    let mut progress = ModelProgress {
-        to_send: requests.len() as u64,
-        ..Default::default()
-    };
-    let bar = if show_progress {
-        ProgressBar::with_draw_target(
-            Some(requests.len() as u64),
-            ProgressDrawTarget::stderr_with_hz(5),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ETA {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(spec.id.clone());
+    // A load failure is recorded against the model's first request: no request of it ran.
+    let mut local = LocalModel::load(&work.weights, &options).map_err(|error| LocalFailure {
+        kind: LOAD_FAILED,
+        message: error.to_string(),
+        batch: 0..1,
+    })?;
     bar.set_message(format!("loaded in {:.1}s", loading.elapsed().as_secs_f64()));
-
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let _signal = watch_ctrl_c(Arc::clone(&interrupted));
     let started = Instant::now();
     let max_batch = options.max_batch.max(1);
     let mut index = 0;
     while index < requests.len() {
-        if interrupted.load(Ordering::SeqCst) {
+        if halt.load(Ordering::SeqCst) {
             break;
         }
+        current.set(index);
         // Consecutive requests come from one test: same parameters, shared instructions.
         let first = &requests[index];
         let mut end = index + 1;
@@ -125,43 +205,27 @@ pub fn send_local(
         }
         let batch = &requests[index..end];
         let prompts: Vec<&str> = batch.iter().map(|r| r.prompt.as_str()).collect();
-        let responses = model.generate_batch(&prompts, &first.params, first.sample)?;
-        for (request, response) in batch.iter().zip(&responses) {
-            store.put_response(request, response)?;
-            progress.sent += 1;
-            progress.prompt_tokens += u64::from(response.prompt_tokens.unwrap_or(0));
-            progress.completion_tokens += u64::from(response.completion_tokens.unwrap_or(0));
+        let responses = local
+            .generate_batch(&prompts, &first.params, first.sample)
+            .map_err(|error| LocalFailure {
+                kind: INFERENCE_FAILED,
+                message: error.to_string(),
+                batch: index..end,
+            })?;
+        for (request, response) in batch.iter().zip(responses) {
+            let outcome = Outcome::Stored { model, response };
+            if tx.send((request.clone(), outcome)).is_err() {
+                // The writer is gone: nothing more can be stored.
+                return Ok(());
+            }
         }
         index = end;
-        bar.set_position(index as u64);
-        let stats = model.stats();
+        let stats = local.stats();
         bar.set_message(format!(
             "{:.1} tok/s, {} prompt tokens reused",
             stats.tokens_generated as f64 / started.elapsed().as_secs_f64().max(1e-9),
             stats.prompt_tokens_reused
         ));
     }
-    bar.finish();
-    let _ = run;
-    Ok((progress, interrupted.load(Ordering::SeqCst)))
-}
-
-/// Sets `flag` on Ctrl-C (checked between batches; a batch in progress finishes first).
-fn watch_ctrl_c(flag: Arc<AtomicBool>) -> Option<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("tabcontam-ctrl-c".into())
-        .spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    flag.store(true, Ordering::SeqCst);
-                }
-            });
-        })
-        .ok()
+    Ok(())
 }

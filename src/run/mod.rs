@@ -1,5 +1,6 @@
-//! Running experiments: specs, the planner (spec → requests, diffed against the cache)
-//! and the executor (tokio; limits, retries, progress, Ctrl-C).
+//! Running experiments: specs, the planner (spec → requests, diffed against the cache),
+//! the executor (tokio and local inference side by side; limits, retries, progress,
+//! Ctrl-C) and the workflow that ties them together ([`workflow::run_experiment`]).
 
 pub mod decide;
 pub mod execute;
@@ -7,3 +8,4 @@ pub mod local_exec;
 pub mod plan;
 pub mod session;
 pub mod spec;
+pub mod workflow;

@@ -133,6 +133,8 @@ pub struct RunRow {
     pub finished_at: Option<String>,
     pub status: RunStatus,
     pub counts: RunCounts,
+    /// Why the run failed, in one line (`None` unless `status` is `failed`).
+    pub reason: Option<String>,
 }
 
 impl RunRow {
@@ -145,6 +147,7 @@ impl RunRow {
             finished_at: row.get("finished_at")?,
             status: enum_column(row, "status")?,
             counts: json_column(row, "counts")?,
+            reason: row.get("reason")?,
         })
     }
 }
@@ -180,6 +183,14 @@ impl FailureRow {
     }
 }
 
+/// `message` cut to [`MAX_FAILURE_MESSAGE`] characters.
+fn cut_message(message: &str) -> String {
+    match message.char_indices().nth(MAX_FAILURE_MESSAGE) {
+        Some((cut, _)) => format!("{}…", &message[..cut]),
+        None => message.to_string(),
+    }
+}
+
 pub(super) fn serialize_key<S: serde::Serializer>(
     key: &RequestKey,
     s: S,
@@ -187,7 +198,7 @@ pub(super) fn serialize_key<S: serde::Serializer>(
     s.serialize_str(&key.to_hex())
 }
 
-const RUN_COLUMNS: &str = "id, spec_name, version, started_at, finished_at, status, counts";
+const RUN_COLUMNS: &str = "id, spec_name, version, started_at, finished_at, status, counts, reason";
 const FAILURE_COLUMNS: &str = "id, run_id, request_key, model, kind, message, attempts, at";
 
 impl Store {
@@ -256,12 +267,28 @@ impl Store {
 
     /// Records how a run ended and what it did.
     pub fn finish_run(&mut self, run: RunId, status: RunStatus, counts: &RunCounts) -> Result<()> {
+        self.finish_run_with_reason(run, status, counts, None)
+    }
+
+    /// Records how a run ended, what it did and, for a failed run, why (kept to one line
+    /// and cut like failure messages).
+    pub fn finish_run_with_reason(
+        &mut self,
+        run: RunId,
+        status: RunStatus,
+        counts: &RunCounts,
+        reason: Option<&str>,
+    ) -> Result<()> {
         let path = self.path.clone();
         let counts = serde_json::to_string(counts).expect("RunCounts are plain integers");
+        let reason =
+            reason.map(|r| cut_message(&r.split_whitespace().collect::<Vec<_>>().join(" ")));
         let tx = self.write()?;
         tx.execute(
-            &format!("UPDATE runs SET status = ?2, counts = ?3, finished_at = {NOW} WHERE id = ?1"),
-            (run.0, status.id(), counts),
+            &format!(
+                "UPDATE runs SET status = ?2, counts = ?3, reason = ?4, finished_at = {NOW} WHERE id = ?1"
+            ),
+            (run.0, status.id(), counts, reason),
         )
         .at(&path)?;
         tx.commit().at(&path)
@@ -280,10 +307,7 @@ impl Store {
     ) -> Result<()> {
         let path = self.path.clone();
         let key = request.key();
-        let message = match message.char_indices().nth(MAX_FAILURE_MESSAGE) {
-            Some((cut, _)) => format!("{}…", &message[..cut]),
-            None => message.to_string(),
-        };
+        let message = cut_message(message);
         let tx = self.write()?;
         insert_request(&tx, &key, request).at(&path)?;
         tx.execute(
