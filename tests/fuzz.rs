@@ -537,7 +537,9 @@ fn no_csv_file_panics_the_loader_importer_or_probes() {
     for case in 0..cases {
         let (id, file, original) = &seeds[rng.random_range(0..seeds.len())];
         let mut bytes = original.clone();
-        for _ in 0..rng.random_range(1..3) {
+        // Mostly one mutation (most files still load, so the importer and the probes see
+        // odd tables), sometimes two.
+        for _ in 0..1 + usize::from(rng.random_bool(0.25)) {
             bytes = mutate_csv(&mut rng, &bytes);
         }
         let options = match rng.random_range(0..5) {

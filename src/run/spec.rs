@@ -205,7 +205,9 @@ impl Spec {
                     format!("line {line}: ")
                 })
                 .unwrap_or_default();
-            err(format!("{location}{}", e.message().trim()))
+            // toml's messages may span lines; errors are one line.
+            let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+            err(format!("{location}{message}"))
         })?;
         if raw.name.trim().is_empty() {
             return Err(err(
@@ -581,7 +583,7 @@ pub fn redact_secrets(text: &str) -> String {
                 *url = redacted_value(url, false);
             }
             if let Some(headers) = model.get_mut("headers").and_then(|h| h.as_table_mut()) {
-                for header in headers.values_mut() {
+                for (_, header) in headers.iter_mut() {
                     *header = redacted_value(header, true);
                 }
             }
