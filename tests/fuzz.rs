@@ -56,7 +56,7 @@ fn guarded(failures: &mut Vec<Failure>, case: String, input: &[u8], f: impl FnOn
                 end -= 1;
             }
             input.truncate(end);
-            input.push_str("…");
+            input.push('…');
         }
         failures.push(Failure {
             case,
@@ -75,10 +75,7 @@ fn report(kind: &str, seed: u64, failures: &[Failure]) {
         failures.len()
     );
     for f in failures.iter().take(5) {
-        text.push_str(&format!(
-            "--- {}: {}\n{}\n",
-            f.case, f.message, f.input
-        ));
+        text.push_str(&format!("--- {}: {}\n{}\n", f.case, f.message, f.input));
     }
     panic!("{text}");
 }
@@ -90,11 +87,39 @@ fn report(kind: &str, seed: u64, failures: &[Failure]) {
 fn random_value(rng: &mut StdRng) -> toml::Value {
     use toml::Value;
     let words = [
-        "", " ", "all", "contamination", "the-is", "colon", "equals", "is-equal-to", "the_is",
-        "iris", "titanic", "wine", "adult", "IRIS", "nope", "1", "12", "13", "membership",
-        "openai-compatible", "local", "anthropic", "gemini", "chat", "completions", "paper",
-        "hunspell", "http://127.0.0.1:1/v1", "https://u:p@h/v1?key=k", "not a url", "\u{0}",
-        "é", "round-robin",
+        "",
+        " ",
+        "all",
+        "contamination",
+        "the-is",
+        "colon",
+        "equals",
+        "is-equal-to",
+        "the_is",
+        "iris",
+        "titanic",
+        "wine",
+        "adult",
+        "IRIS",
+        "nope",
+        "1",
+        "12",
+        "13",
+        "membership",
+        "openai-compatible",
+        "local",
+        "anthropic",
+        "gemini",
+        "chat",
+        "completions",
+        "paper",
+        "hunspell",
+        "http://127.0.0.1:1/v1",
+        "https://u:p@h/v1?key=k",
+        "not a url",
+        "\u{0}",
+        "é",
+        "round-robin",
     ];
     match rng.random_range(0..14) {
         0 => Value::Array(Vec::new()),
@@ -117,16 +142,49 @@ fn random_value(rng: &mut StdRng) -> toml::Value {
 }
 
 const SPEC_KEYS: &[&str] = &[
-    "name", "seed", "datasets", "tests", "serializations", "prompt_pack", "alg1_profile",
-    "models", "serialization",
+    "name",
+    "seed",
+    "datasets",
+    "tests",
+    "serializations",
+    "prompt_pack",
+    "alg1_profile",
+    "models",
+    "serialization",
 ];
 const MODEL_KEYS: &[&str] = &[
-    "id", "label", "family", "release_date", "training_cutoff", "backend", "api", "model",
-    "revision", "base_url", "api_key_env", "concurrency", "requests_per_minute",
-    "tokens_per_minute", "timeout_s", "max_retries", "balance", "backoff_base_ms",
-    "backoff_max_ms", "headers", "anthropic_version", "max_batch", "chat_template",
-    "temperature", "top_p", "samples", "api_seed", "price_input_per_mtok",
-    "price_output_per_mtok", "datasets", "tests", "serializations",
+    "id",
+    "label",
+    "family",
+    "release_date",
+    "training_cutoff",
+    "backend",
+    "api",
+    "model",
+    "revision",
+    "base_url",
+    "api_key_env",
+    "concurrency",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "timeout_s",
+    "max_retries",
+    "balance",
+    "backoff_base_ms",
+    "backoff_max_ms",
+    "headers",
+    "anthropic_version",
+    "max_batch",
+    "chat_template",
+    "temperature",
+    "top_p",
+    "samples",
+    "api_seed",
+    "price_input_per_mtok",
+    "price_output_per_mtok",
+    "datasets",
+    "tests",
+    "serializations",
 ];
 
 /// One structural mutation of a parsed spec: delete, retype, empty or duplicate a key.
@@ -138,14 +196,22 @@ fn mutate_table(rng: &mut StdRng, spec: &mut toml::Table) {
         .map_or(0, |m| m.len());
     let target: &mut toml::Table = if in_model && models_len > 0 {
         let i = rng.random_range(0..models_len);
-        match spec.get_mut("models").and_then(|m| m.as_array_mut()).and_then(|m| m[i].as_table_mut()) {
+        match spec
+            .get_mut("models")
+            .and_then(|m| m.as_array_mut())
+            .and_then(|m| m[i].as_table_mut())
+        {
             Some(table) => table,
             None => return,
         }
     } else {
         spec
     };
-    let keys = if in_model && models_len > 0 { MODEL_KEYS } else { SPEC_KEYS };
+    let keys = if in_model && models_len > 0 {
+        MODEL_KEYS
+    } else {
+        SPEC_KEYS
+    };
     let key = keys[rng.random_range(0..keys.len())].to_string();
     match rng.random_range(0..6) {
         0 => {
@@ -168,8 +234,9 @@ fn mutate_table(rng: &mut StdRng, spec: &mut toml::Table) {
                 if rng.random_bool(0.8) {
                     let value = if rng.random_bool(0.7) {
                         toml::Value::String(
-                            ["arrow", "", " -> ", " | ", "the-is", "x y", ": "][rng.random_range(0..7)]
-                                .to_string(),
+                            ["arrow", "", " -> ", " | ", "the-is", "x y", ": "]
+                                [rng.random_range(0..7)]
+                            .to_string(),
                         )
                     } else {
                         random_value(rng)
@@ -219,8 +286,17 @@ fn mutate_text(rng: &mut StdRng, text: &str) -> Vec<u8> {
         }
         3 => {
             let at = rng.random_range(0..=bytes.len());
-            let insert = [b"[" as &[u8], b"]", b"\"", b"=", b"\n", b"[[models]]\n", b"'''", b"\xff", b"{"]
-                [rng.random_range(0..9)];
+            let insert = [
+                b"[" as &[u8],
+                b"]",
+                b"\"",
+                b"=",
+                b"\n",
+                b"[[models]]\n",
+                b"'''",
+                b"\xff",
+                b"{",
+            ][rng.random_range(0..9)];
             bytes.splice(at..at, insert.iter().copied());
         }
         4 => bytes = (0..rng.random_range(0..64)).map(|_| rng.random()).collect(),
@@ -240,7 +316,11 @@ impl Datasets {
         if !self.loaded.contains_key(name) {
             // Only the small files: the property is about the spec, not the loader's speed.
             let small = ["iris", "titanic", "wine"].contains(&name);
-            let dataset = if small { self.catalog.load(name).ok() } else { None };
+            let dataset = if small {
+                self.catalog.load(name).ok()
+            } else {
+                None
+            };
             self.loaded.insert(name.to_string(), dataset);
         }
         self.loaded[name].as_ref()
@@ -300,7 +380,10 @@ fn no_spec_panics_the_parser_validator_or_planner() {
         })
         .collect();
     seeds.sort();
-    assert!(seeds.len() >= 2, "the shipped experiments/*.toml are the seeds");
+    assert!(
+        seeds.len() >= 2,
+        "the shipped experiments/*.toml are the seeds"
+    );
     // A small spec over the shipped datasets, so that mutations reach the planner.
     seeds.push((
         "small.toml".into(),
@@ -370,7 +453,10 @@ fn no_spec_panics_the_parser_validator_or_planner() {
         "spec fuzz: {cases} cases, {valid} valid ({planned} planned), {errors} errors, {} panics",
         failures.len()
     );
-    assert!(valid > 0 && errors > 0, "the mutations must reach both outcomes");
+    assert!(
+        valid > 0 && errors > 0,
+        "the mutations must reach both outcomes"
+    );
     report("spec", seed, &failures);
 }
 
@@ -392,7 +478,10 @@ fn head(bytes: &[u8], max: usize) -> Vec<u8> {
 /// One mutation of a delimited file: the faults real files have, and random bytes.
 fn mutate_csv(rng: &mut StdRng, original: &[u8]) -> Vec<u8> {
     let mut bytes = original.to_vec();
-    let first_line_end = bytes.iter().position(|&b| b == b'\n').map_or(bytes.len(), |i| i + 1);
+    let first_line_end = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(bytes.len(), |i| i + 1);
     match rng.random_range(0..16) {
         0 => bytes.clear(),
         1 => bytes.truncate(first_line_end),
@@ -469,7 +558,11 @@ fn mutate_csv(rng: &mut StdRng, original: &[u8]) -> Vec<u8> {
             if names.len() > 1 {
                 let mut new_names: Vec<Vec<u8>> = names.iter().map(|n| n.to_vec()).collect();
                 let i = rng.random_range(0..names.len());
-                new_names[i] = if rng.random_bool(0.5) { Vec::new() } else { names[0].to_vec() };
+                new_names[i] = if rng.random_bool(0.5) {
+                    Vec::new()
+                } else {
+                    names[0].to_vec()
+                };
                 let mut out = new_names.join(&b","[..]);
                 if !out.ends_with(b"\n") {
                     out.push(b'\n');
@@ -478,7 +571,11 @@ fn mutate_csv(rng: &mut StdRng, original: &[u8]) -> Vec<u8> {
                 bytes = out;
             }
         }
-        11 => bytes = (0..rng.random_range(0..200)).map(|_| rng.random()).collect(),
+        11 => {
+            bytes = (0..rng.random_range(0..200))
+                .map(|_| rng.random())
+                .collect()
+        }
         12 => {
             // Random bytes from the file's own alphabet and the special characters.
             let alphabet = b",;\"\n\r\t a1.-";
@@ -499,7 +596,10 @@ fn mutate_csv(rng: &mut StdRng, original: &[u8]) -> Vec<u8> {
 
 /// Every test's prompts for a dataset under two templates.
 fn build_probes(dataset: &Dataset, pack: &PromptPack) {
-    for serialization in [Serialization::builtin("the-is").unwrap(), Serialization::builtin("colon").unwrap()] {
+    for serialization in [
+        Serialization::builtin("the-is").unwrap(),
+        Serialization::builtin("colon").unwrap(),
+    ] {
         for test in TestId::ALL {
             let ctx = ProbeContext {
                 dataset,
@@ -545,7 +645,11 @@ fn no_csv_file_panics_the_loader_importer_or_probes() {
         let options = match rng.random_range(0..5) {
             0 => CsvOptions {
                 delimiter: Some(WHITESPACE),
-                header: Some((0..rng.random_range(0..4)).map(|i| format!("c{i}")).collect()),
+                header: Some(
+                    (0..rng.random_range(0..4))
+                        .map(|i| format!("c{i}"))
+                        .collect(),
+                ),
                 ..CsvOptions::default()
             },
             1 => CsvOptions {
@@ -608,6 +712,9 @@ fn no_csv_file_panics_the_loader_importer_or_probes() {
         "csv fuzz: {cases} cases, {parsed} parsed, {imported} imported, {probed} probed, {} panics",
         failures.len()
     );
-    assert!(parsed > 0 && imported > 0, "the mutations must reach the importer");
+    assert!(
+        parsed > 0 && imported > 0,
+        "the mutations must reach the importer"
+    );
     report("csv", seed, &failures);
 }

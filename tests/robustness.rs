@@ -152,10 +152,20 @@ fn other_bad_spec_shapes_are_one_line_errors_naming_the_key() {
         (with("top_p = -1.0\n"), "`top_p = -1`"),
         (with("max_batch = 0\n"), "`max_batch = 0`"),
         (with("datasets = []\n"), "models[0] (`m`).datasets: empty"),
-        (with("tests = [\"nope\"]\n"), "models[0] (`m`).tests: unknown test `nope`"),
-        (with("serializations = [\"nope\"]\n"), "unknown serialization `nope`"),
         (
-            format!("{MINI}{}{}", model_entry("m", url, ""), model_entry("m", url, "")),
+            with("tests = [\"nope\"]\n"),
+            "models[0] (`m`).tests: unknown test `nope`",
+        ),
+        (
+            with("serializations = [\"nope\"]\n"),
+            "unknown serialization `nope`",
+        ),
+        (
+            format!(
+                "{MINI}{}{}",
+                model_entry("m", url, ""),
+                model_entry("m", url, "")
+            ),
             "models[1] (`m`): duplicate model id",
         ),
         (
@@ -168,7 +178,12 @@ fn other_bad_spec_shapes_are_one_line_errors_naming_the_key() {
     for (i, (body, needle)) in cases.iter().enumerate() {
         let name = format!("bad-{i}.toml");
         let spec = env.spec(&name, body);
-        let out = env.run(&["plan", spec.to_str().unwrap(), "--cache", cache.to_str().unwrap()]);
+        let out = env.run(&[
+            "plan",
+            spec.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+        ]);
         assert_one_line_error(&out, &[&name, needle]);
     }
 }
@@ -195,14 +210,24 @@ fn a_dataset_named_twice_through_an_alias_is_an_error() {
     ]);
     assert_one_line_error(
         &out,
-        &["alias.toml", "datasets", "`iris` and `IRIS` are the same dataset"],
+        &[
+            "alias.toml",
+            "datasets",
+            "`iris` and `IRIS` are the same dataset",
+        ],
     );
 }
 
 // ---------------------------------------------------------------------------------------
 // Item 7: reports say what they computed
 
-fn cell(model: &str, dataset: &str, test: TestId, serialization: Option<&str>, passed: bool) -> CellRow {
+fn cell(
+    model: &str,
+    dataset: &str,
+    test: TestId,
+    serialization: Option<&str>,
+    passed: bool,
+) -> CellRow {
     CellRow {
         source: OWN_SOURCE.to_string(),
         model: model.to_string(),
@@ -228,13 +253,55 @@ fn scores_use_one_template_plus_the_shared_cells_and_name_it() {
     // passes under the-is only. Model `colon-only` ran colon alone.
     let cells = vec![
         cell("both", "iris", TestId::FeatureListInformed, None, true),
-        cell("both", "iris", TestId::RecognitionExamples, Some("the-is"), false),
-        cell("both", "iris", TestId::RecognitionExamples, Some("colon"), true),
-        cell("both", "iris", TestId::IncompleteCompletion, Some("the-is"), true),
-        cell("both", "iris", TestId::IncompleteCompletion, Some("colon"), false),
-        cell("colon-only", "iris", TestId::FeatureListInformed, None, false),
-        cell("colon-only", "iris", TestId::RecognitionExamples, Some("colon"), true),
-        cell("colon-only", "iris", TestId::FullCompletion, Some("colon"), true),
+        cell(
+            "both",
+            "iris",
+            TestId::RecognitionExamples,
+            Some("the-is"),
+            false,
+        ),
+        cell(
+            "both",
+            "iris",
+            TestId::RecognitionExamples,
+            Some("colon"),
+            true,
+        ),
+        cell(
+            "both",
+            "iris",
+            TestId::IncompleteCompletion,
+            Some("the-is"),
+            true,
+        ),
+        cell(
+            "both",
+            "iris",
+            TestId::IncompleteCompletion,
+            Some("colon"),
+            false,
+        ),
+        cell(
+            "colon-only",
+            "iris",
+            TestId::FeatureListInformed,
+            None,
+            false,
+        ),
+        cell(
+            "colon-only",
+            "iris",
+            TestId::RecognitionExamples,
+            Some("colon"),
+            true,
+        ),
+        cell(
+            "colon-only",
+            "iris",
+            TestId::FullCompletion,
+            Some("colon"),
+            true,
+        ),
     ];
     let analyze = |primary: &str| {
         let mut analytics = Analytics::new().unwrap();
@@ -246,7 +313,11 @@ fn scores_use_one_template_plus_the_shared_cells_and_name_it() {
             .unwrap()
     };
     let series = |a: &tabcontam::analyze::Analysis, model: &str| {
-        a.series.iter().find(|s| s.key.model == model).unwrap().clone()
+        a.series
+            .iter()
+            .find(|s| s.key.model == model)
+            .unwrap()
+            .clone()
     };
     let grid_templates = |a: &tabcontam::analyze::Analysis, model: &str| {
         let mut t: Vec<Option<String>> = a
@@ -264,8 +335,14 @@ fn scores_use_one_template_plus_the_shared_cells_and_name_it() {
     assert_eq!(a.templates, vec!["colon".to_string(), "the-is".to_string()]);
     let both = series(&a, "both");
     // the-is: test 1 (shared) + test 7; test 4 failed under the-is.
-    assert_eq!((both.passed, both.serialization.as_deref()), (2, Some("the-is")));
-    assert_eq!(grid_templates(&a, "both"), vec![None, Some("the-is".into())]);
+    assert_eq!(
+        (both.passed, both.serialization.as_deref()),
+        (2, Some("the-is"))
+    );
+    assert_eq!(
+        grid_templates(&a, "both"),
+        vec![None, Some("the-is".into())]
+    );
     // No cell under the-is: scored with colon, never a mix, and the report says so.
     let colon_only = series(&a, "colon-only");
     assert_eq!(
@@ -294,7 +371,8 @@ fn scores_use_one_template_plus_the_shared_cells_and_name_it() {
     assert!(file("report.html").contains("colon-only: template colon (no cell under the-is)"));
     let tex = file("report.tex");
     assert!(
-        tex.contains("Scored with another template") && tex.contains("template colon (no cell under the-{}is)"),
+        tex.contains("Scored with another template")
+            && tex.contains("template colon (no cell under the-{}is)"),
         "{tex}"
     );
     let scores = file("scores.csv");
@@ -313,7 +391,10 @@ fn scores_use_one_template_plus_the_shared_cells_and_name_it() {
     // Scored with colon: test 1 (shared) + test 4 under colon.
     let a = analyze("colon");
     let both = series(&a, "both");
-    assert_eq!((both.passed, both.serialization.as_deref()), (2, Some("colon")));
+    assert_eq!(
+        (both.passed, both.serialization.as_deref()),
+        (2, Some("colon"))
+    );
     assert_eq!(grid_templates(&a, "both"), vec![None, Some("colon".into())]);
 }
 
@@ -329,7 +410,12 @@ fn report_refuses_a_template_without_cells_and_lists_the_known_ones() {
             model_entry("m", &format!("{}/v1", server.url()), "")
         ),
     );
-    succeeded(&env.run(&["run", spec.to_str().unwrap(), "--cache", cache.to_str().unwrap()]));
+    succeeded(&env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+    ]));
     let out_dir = env.path("reports");
     let out = env.run(&[
         "report",
@@ -340,7 +426,13 @@ fn report_refuses_a_template_without_cells_and_lists_the_known_ones() {
         "--serialization",
         "equals",
     ]);
-    assert_one_line_error(&out, &["--serialization equals", "templates with cells: colon, the-is"]);
+    assert_one_line_error(
+        &out,
+        &[
+            "--serialization equals",
+            "templates with cells: colon, the-is",
+        ],
+    );
     succeeded(&env.run(&[
         "report",
         "--cache",
@@ -353,8 +445,14 @@ fn report_refuses_a_template_without_cells_and_lists_the_known_ones() {
         "csv",
     ]));
     let scores = std::fs::read_to_string(out_dir.join("scores.csv")).unwrap();
-    assert!(scores.lines().next().unwrap().ends_with(",serialization"), "{scores}");
-    assert!(scores.lines().nth(1).unwrap().ends_with(",colon"), "{scores}");
+    assert!(
+        scores.lines().next().unwrap().ends_with(",serialization"),
+        "{scores}"
+    );
+    assert!(
+        scores.lines().nth(1).unwrap().ends_with(",colon"),
+        "{scores}"
+    );
 }
 
 #[test]
@@ -393,7 +491,8 @@ fn imported_dataset_with_missing_labels_classifies_only_labelled_rows() {
     // The library's view of the same file.
     let bytes = std::fs::read(&file).unwrap();
     let (_, dataset) =
-        tabcontam::commands::datasets::describe_import(&file, &bytes, "flowers", "species").unwrap();
+        tabcontam::commands::datasets::describe_import(&file, &bytes, "flowers", "species")
+            .unwrap();
     let labelled_rows: Vec<String> = dataset
         .table
         .rows
@@ -419,7 +518,11 @@ fn imported_dataset_with_missing_labels_classifies_only_labelled_rows() {
     };
     for test in [TestId::Classify0Shot, TestId::Classify1Shot] {
         let built = probe::build(test, &ctx).unwrap_or_else(|e| panic!("{test}: {e}"));
-        assert_eq!(built.prompts.len(), 100, "{test}: one trial per labelled row");
+        assert_eq!(
+            built.prompts.len(),
+            100,
+            "{test}: one trial per labelled row"
+        );
         for prompt in &built.prompts {
             let Expected::Choice { choices, correct } = &prompt.expected else {
                 panic!("{test}: not a choice");
@@ -427,7 +530,9 @@ fn imported_dataset_with_missing_labels_classifies_only_labelled_rows() {
             assert!(*correct < choices.len());
             // The row asked about is one of the labelled rows.
             assert!(
-                labelled_rows.iter().any(|row| prompt.text.contains(row.as_str())),
+                labelled_rows
+                    .iter()
+                    .any(|row| prompt.text.contains(row.as_str())),
                 "{test}: no labelled row in {}",
                 prompt.text
             );
@@ -505,7 +610,12 @@ fn secrets_in_a_spec_reach_neither_the_cache_nor_any_output() {
     for out in &outputs {
         succeeded(out);
     }
-    assert!(server.requests().iter().any(|r| r.header("x-team-token") == Some(&HEADER_VALUE.to_string())));
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.header("x-team-token") == Some(HEADER_VALUE))
+    );
     outputs.push(env.run(&["status", "--cache", cache.to_str().unwrap(), "--json"]));
     outputs.push(env.run(&["status", "--cache", cache.to_str().unwrap()]));
     let reports = env.path("reports");
@@ -532,7 +642,11 @@ fn secrets_in_a_spec_reach_neither_the_cache_nor_any_output() {
         "m",
     ]);
     assert!(!failed.status.success());
-    assert!(text(&failed).1.contains("REDACTED@127.0.0.1:9"), "{:?}", text(&failed));
+    assert!(
+        text(&failed).1.contains("REDACTED@127.0.0.1:9"),
+        "{:?}",
+        text(&failed)
+    );
     outputs.push(failed);
     for (i, out) in outputs.iter().enumerate() {
         assert_no_secret(&format!("stdout of command {i}"), &out.stdout);
@@ -553,18 +667,22 @@ fn secrets_in_a_spec_reach_neither_the_cache_nor_any_output() {
     assert_eq!(stored.len(), 2);
     for text in stored {
         assert_no_secret("runs.spec_toml", text.as_bytes());
-        assert!(text.contains("X-Team-Token = \"REDACTED\" }  # kept"), "{text}");
-        assert!(text.contains("@127.0.0.1") && text.contains("REDACTED@"), "{text}");
+        assert!(
+            text.contains("X-Team-Token = \"REDACTED\" }  # kept"),
+            "{text}"
+        );
+        assert!(
+            text.contains("@127.0.0.1") && text.contains("REDACTED@"),
+            "{text}"
+        );
         assert!(text.contains("?api_key=REDACTED"), "{text}");
     }
 }
 
 fn stored_specs(cache: &Path) -> Vec<String> {
-    let conn = rusqlite::Connection::open_with_flags(
-        cache,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(cache, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
     let mut stmt = conn
         .prepare("SELECT spec_toml FROM runs ORDER BY id")
         .unwrap();

@@ -239,7 +239,11 @@ impl Spec {
             if ids.is_empty() {
                 return Err(err(format!(
                     "{key}: empty; list at least one template id (known: {}), or remove the key to use the default `the-is`",
-                    known.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", ")
+                    known
+                        .iter()
+                        .map(|s| s.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             }
             if let Some(twice) = ids
@@ -459,7 +463,9 @@ fn check_model_numbers(model: &ModelSpec) -> Result<(), String> {
     if let Some(batch) = model.max_batch
         && !(1..=MAX_BATCH).contains(&batch)
     {
-        return Err(format!("`max_batch = {batch}` must be within 1–{MAX_BATCH}"));
+        return Err(format!(
+            "`max_batch = {batch}` must be within 1–{MAX_BATCH}"
+        ));
     }
     for (key, price) in [
         ("price_input_per_mtok", model.price_input_per_mtok),
@@ -484,7 +490,9 @@ fn check_model_numbers(model: &ModelSpec) -> Result<(), String> {
         ("api_key_env", &model.api_key_env),
     ] {
         if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
-            return Err(format!("`{key}` is an empty string; give a value or remove the key"));
+            return Err(format!(
+                "`{key}` is an empty string; give a value or remove the key"
+            ));
         }
     }
     if let Some(urls) = &model.base_url {
@@ -657,9 +665,18 @@ mod tests {
                 format!("{BASE}serializations = []\n{}", &model("")[BASE.len()..]),
                 "exp.toml: serializations: empty",
             ),
-            (model("serializations = []"), "exp.toml: models[0] (`m`).serializations: empty"),
-            (model("datasets = []"), "exp.toml: models[0] (`m`).datasets: empty"),
-            (model("tests = []"), "exp.toml: models[0] (`m`).tests: empty"),
+            (
+                model("serializations = []"),
+                "exp.toml: models[0] (`m`).serializations: empty",
+            ),
+            (
+                model("datasets = []"),
+                "exp.toml: models[0] (`m`).datasets: empty",
+            ),
+            (
+                model("tests = []"),
+                "exp.toml: models[0] (`m`).tests: empty",
+            ),
             (
                 model("serializations = [\"colon\", \"colon\"]"),
                 "`colon` is listed twice",
@@ -668,12 +685,21 @@ mod tests {
                 model("").replace("[\"iris\"]", "[\"iris\", \"iris\"]"),
                 "exp.toml: datasets: `iris` is listed twice",
             ),
-            (model("").replace("[\"iris\"]", "[\"\"]"), "exp.toml: datasets: entry 1 is an empty string"),
-            (model("").replace("name = \"t\"", "name = \"\""), "exp.toml: name: empty"),
+            (
+                model("").replace("[\"iris\"]", "[\"\"]"),
+                "exp.toml: datasets: entry 1 is an empty string",
+            ),
+            (
+                model("").replace("name = \"t\"", "name = \"\""),
+                "exp.toml: name: empty",
+            ),
         ];
         for (text, expected) in cases {
             let message = error(&text);
-            assert!(message.contains(expected), "{expected:?} not in {message:?}");
+            assert!(
+                message.contains(expected),
+                "{expected:?} not in {message:?}"
+            );
             assert_eq!(message.lines().count(), 1, "{message}");
         }
     }
@@ -684,7 +710,10 @@ mod tests {
             ("samples = 0", "`samples = 0`"),
             ("samples = 5000\ntemperature = 1.0", "`samples = 5000`"),
             ("concurrency = 0", "`concurrency = 0`"),
-            ("concurrency = 9223372036854775807", "`concurrency = 9223372036854775807`"),
+            (
+                "concurrency = 9223372036854775807",
+                "`concurrency = 9223372036854775807`",
+            ),
             ("temperature = -0.5", "`temperature = -0.5`"),
             ("temperature = nan", "`temperature = NaN`"),
             ("temperature = inf", "`temperature = inf`"),
@@ -694,7 +723,10 @@ mod tests {
             ("timeout_s = 1e300", "`timeout_s = 10000000000"),
             ("max_batch = 0", "`max_batch = 0`"),
             ("price_input_per_mtok = -1.0", "`price_input_per_mtok = -1`"),
-            ("backoff_base_ms = 10\nbackoff_max_ms = 1", "`backoff_base_ms = 10`"),
+            (
+                "backoff_base_ms = 10\nbackoff_max_ms = 1",
+                "`backoff_base_ms = 10`",
+            ),
             ("model = \"\"", "`model` is an empty string"),
             ("api_key_env = \" \"", "`api_key_env` is an empty string"),
         ];
@@ -744,7 +776,11 @@ mod tests {
         assert!(!stored.contains("ecret-escaped"), "{stored}");
         assert!(stored.contains(REDACTED), "{stored}");
         // Parsing keeps the redacted text.
-        let spec = Spec::parse(&text.replace("Authorization = 'Bearer tok-777'", "X-B = \"v\""), Path::new("exp.toml")).unwrap();
+        let spec = Spec::parse(
+            &text.replace("Authorization = 'Bearer tok-777'", "X-B = \"v\""),
+            Path::new("exp.toml"),
+        )
+        .unwrap();
         assert!(!spec.text.contains("org-secret-9") && !spec.text.contains("hunter2"));
         // Nothing to redact: the text is stored exactly.
         let plain = model("");
@@ -753,9 +789,15 @@ mod tests {
 
     #[test]
     fn url_redaction() {
-        assert_eq!(redact_url("http://127.0.0.1:8000/v1"), "http://127.0.0.1:8000/v1");
+        assert_eq!(
+            redact_url("http://127.0.0.1:8000/v1"),
+            "http://127.0.0.1:8000/v1"
+        );
         assert_eq!(redact_url("https://u:p@h/v1"), "https://REDACTED@h/v1");
-        assert_eq!(redact_url("https://h/v1?key=abc#frag"), "https://h/v1?key=REDACTED#frag");
+        assert_eq!(
+            redact_url("https://h/v1?key=abc#frag"),
+            "https://h/v1?key=REDACTED#frag"
+        );
         assert_eq!(redact_url("h?secret"), "h?REDACTED");
         assert_eq!(redact_url("no url at all"), "no url at all");
     }
