@@ -553,6 +553,33 @@ fn imported_dataset_with_missing_labels_classifies_only_labelled_rows() {
     ]);
     let shown = succeeded(&out);
     assert!(shown.contains("Answer:"), "{shown}");
+    // A run of tests 11–12 on it: every cell decided on the 100 labelled rows.
+    let server = env.server();
+    let spec = env.spec(
+        "flowers.toml",
+        &format!(
+            "name = \"flowers\"\ndatasets = [\"flowers\"]\ntests = [\"classify-0shot\", \"classify-1shot\"]\n{}",
+            model_entry("m", &format!("{}/v1", server.url()), "")
+        ),
+    );
+    let cache = env.path("flowers.sqlite");
+    succeeded(&env.run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+    ]));
+    let store = tabcontam::store::Store::open_read_only(&cache).unwrap();
+    let cells = store.cells().unwrap();
+    assert_eq!(cells.len(), 2);
+    for cell in cells {
+        assert_eq!(
+            (cell.result.trials, cell.skipped),
+            (100, None),
+            "{:?}",
+            cell.test
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------
