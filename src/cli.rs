@@ -247,9 +247,12 @@ pub struct ReportArgs {
     /// Output folder (created when missing; files of the same names are replaced).
     #[arg(long, default_value = "reports", value_name = "DIR")]
     pub out: PathBuf,
-    /// The template whose cells the scores use; other templates feed the serialization study.
-    #[arg(long, default_value = "the-is", value_name = "ID")]
-    pub serialization: String,
+    /// The template whose cells the scores use (default the-is); other templates feed the
+    /// serialization study. Must be a template with cells in the cache. Without this flag,
+    /// a model with no cell under the-is is scored with its own template, and the report
+    /// says which.
+    #[arg(long, value_name = "ID")]
+    pub serialization: Option<String>,
     /// Print when the report was made (off by default: the same cache gives byte-identical
     /// reports).
     #[arg(long)]

@@ -1,7 +1,9 @@
 -- Contamination counts per series (SPEC §4): passed cells of tests 1–9 over the datasets
 -- the series evaluated. The score (passed / (9 × datasets)) is divided in Rust from these
 -- integers, so it is exact and identical on every run. Skipped cells count as not passed.
+-- `serialization`: the template the series is scored with (see series_templates).
 SELECT s.source, s.model, s.label, s.family, s.release_date, s.training_cutoff,
+       s.serialization,
        count(DISTINCT c.dataset)::BIGINT                                        AS datasets,
        count(c.test) FILTER (WHERE c.passed)::BIGINT                            AS passed,
        count(c.test) FILTER (WHERE c.passed AND c.kind = 'knowledge')::BIGINT    AS knowledge_passed,
@@ -10,5 +12,6 @@ SELECT s.source, s.model, s.label, s.family, s.release_date, s.training_cutoff,
 FROM series s
 LEFT JOIN scored_cells c
        ON c.source = s.source AND c.model = s.model AND c.number <= 9
-GROUP BY s.source, s.model, s.label, s.family, s.release_date, s.training_cutoff
+GROUP BY s.source, s.model, s.label, s.family, s.release_date, s.training_cutoff,
+         s.serialization
 ORDER BY s.source, s.model;

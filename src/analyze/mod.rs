@@ -421,8 +421,10 @@ impl Analytics {
         let negative_controls = self.negative_controls(&order)?;
         timings.lap(NEGATIVE_CONTROLS_SQL.0);
 
+        let templates = self.templates()?;
         Ok(Analysis {
             primary_serialization: options.primary_serialization.clone(),
+            templates,
             tests: TestId::ALL.iter().map(|&t| test_info(t)).collect(),
             datasets: self
                 .datasets
@@ -441,6 +443,19 @@ impl Analytics {
             accuracy,
             examples: Vec::new(),
         })
+    }
+
+    /// The templates with at least one cell, by id.
+    fn templates(&self) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT serialization FROM cells WHERE serialization <> ? ORDER BY 1")
+            .doing("listing templates")?;
+        let rows = stmt
+            .query_map([NO_SERIALIZATION], |r| r.get(0))
+            .doing("listing templates")?;
+        rows.collect::<duckdb::Result<_>>()
+            .doing("listing templates")
     }
 
     fn used_datasets(&self) -> Result<std::collections::HashSet<String>> {
@@ -474,6 +489,7 @@ impl Analytics {
                     family: r.get("family")?,
                     release_date: r.get("release_date")?,
                     training_cutoff: r.get("training_cutoff")?,
+                    serialization: r.get("serialization")?,
                     datasets,
                     passed,
                     cells,

@@ -11,8 +11,12 @@ use crate::probe::TestKind;
 /// Everything the reports show.
 #[derive(Debug, Clone, Serialize)]
 pub struct Analysis {
-    /// The template whose cells the scores use (tests without rows have none).
+    /// The template whose cells the scores use (tests without rows have none). A series
+    /// without cells under it is scored with its own template: see
+    /// [`SeriesScores::serialization`].
     pub primary_serialization: String,
+    /// Every template with at least one cell, by id (tests without rows excluded).
+    pub templates: Vec<String>,
     /// The twelve tests, in the paper's order.
     pub tests: Vec<TestInfo>,
     /// Datasets with at least one cell, in display order (the paper's, then by id).
@@ -73,6 +77,11 @@ pub struct SeriesScores {
     pub family: Option<String>,
     pub release_date: Option<String>,
     pub training_cutoff: Option<String>,
+    /// The template this series' scores come from: the primary one, or, when the series
+    /// has no cell under it, the first of its own templates by id (never a mix). Tests 1,
+    /// 2, 3 and 6 have no rows: their cells are shared by every template. `None` when the
+    /// series has only such cells.
+    pub serialization: Option<String>,
     /// Datasets with at least one cell of tests 1–9.
     pub datasets: usize,
     /// Passed cells of tests 1–9, and the denominator 9 × datasets.

@@ -390,39 +390,7 @@ fn import(file: &Path, name: &str, target: &str, force: bool) -> anyhow::Result<
         path: file.to_path_buf(),
         source,
     })?;
-    let table = csv::parse_table(&bytes, file, &CsvOptions::default())?;
-    let extension = file
-        .extension()
-        .and_then(|e| e.to_str())
-        .filter(|e| descriptor::is_valid_id(e))
-        .unwrap_or("csv");
-    let data_file = DataFile {
-        variant: "imported".into(),
-        file: format!("{name}.{extension}"),
-        url: None,
-        blake3: Some(catalog::blake3_hex(&bytes)),
-        header: None,
-        drop: if has_row_index(&table) {
-            vec!["Unnamed: 0".into()]
-        } else {
-            Vec::new()
-        },
-        missing: Vec::new(),
-        trim: false,
-        delimiter: None,
-        page: None,
-        target: None,
-        id_column: None,
-        categorical: None,
-        completion_feature: None,
-        classification: None,
-        rows: Some(table.n_rows()),
-    };
-    let mut columns_table = table.clone();
-    columns_table.drop_columns(&data_file.drop)?;
-    let descriptor = generate_descriptor(name, target, file, &columns_table, data_file)?;
-    // The generated descriptor must load the copy exactly as later commands will.
-    let dataset = descriptor.resolve(&descriptor.files[0], table)?;
+    let (descriptor, dataset) = describe_import(file, &bytes, name, target)?;
 
     let data_path = user_dir.join(&descriptor.files[0].file);
     let descriptor_path = user_dir.join(format!("{name}.toml"));
@@ -447,6 +415,52 @@ fn import(file: &Path, name: &str, target: &str, force: bool) -> anyhow::Result<
     println!("descriptor: {}", descriptor_path.display());
     println!("data:       {}", data_path.display());
     Ok(())
+}
+
+/// Reads the bytes of a file to import and generates its descriptor; the returned dataset
+/// is the table exactly as later commands will load it. Pure apart from resolving the
+/// source path for the descriptor's provenance note.
+pub fn describe_import(
+    file: &Path,
+    bytes: &[u8],
+    name: &str,
+    target: &str,
+) -> anyhow::Result<(Descriptor, Dataset)> {
+    let table = csv::parse_table(bytes, file, &CsvOptions::default())?;
+    let extension = file
+        .extension()
+        .and_then(|e| e.to_str())
+        .filter(|e| descriptor::is_valid_id(e))
+        .unwrap_or("csv");
+    let data_file = DataFile {
+        variant: "imported".into(),
+        file: format!("{name}.{extension}"),
+        url: None,
+        blake3: Some(catalog::blake3_hex(bytes)),
+        header: None,
+        drop: if has_row_index(&table) {
+            vec!["Unnamed: 0".into()]
+        } else {
+            Vec::new()
+        },
+        missing: Vec::new(),
+        trim: false,
+        delimiter: None,
+        page: None,
+        target: None,
+        id_column: None,
+        categorical: None,
+        completion_feature: None,
+        classification: None,
+        rows: Some(table.n_rows()),
+    };
+    let mut columns_table = table.clone();
+    columns_table.drop_columns(&data_file.drop)?;
+    let descriptor = generate_descriptor(name, target, file, &columns_table, data_file)?;
+    // The generated descriptor must load the copy exactly as later commands will.
+    let dataset = descriptor.resolve(&descriptor.files[0], table)?;
+
+    Ok((descriptor, dataset))
 }
 
 /// An unnamed first column of consecutive integers from 0 or 1 is the row index pandas

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::analyze::{Options as AnalyzeOptions, analyze_store};
+use crate::analyze::{DEFAULT_SERIALIZATION, Options as AnalyzeOptions, analyze_store};
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::report::{self, Format};
 use crate::store::Store;
@@ -23,10 +23,27 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let analysis = analyze_store(
         &store,
         &AnalyzeOptions {
-            primary_serialization: args.serialization.clone(),
+            primary_serialization: args
+                .serialization
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SERIALIZATION.to_string()),
         },
     )
     .with_context(|| format!("analyzing {}", cache.display()))?;
+    // An asked-for template without cells would score every model with another one.
+    if let Some(asked) = &args.serialization
+        && !analysis.templates.contains(asked)
+    {
+        anyhow::bail!(
+            "--serialization {asked}: no cell of {} uses this template; templates with cells: {}",
+            cache.display(),
+            if analysis.templates.is_empty() {
+                "none (only tests without rows were run)".to_string()
+            } else {
+                analysis.templates.join(", ")
+            }
+        );
+    }
     let formats: Vec<Format> = args
         .format
         .iter()

@@ -192,6 +192,9 @@ impl fmt::Debug for ApiKey {
 
 struct Endpoint {
     base: String,
+    /// `base` as messages show it: credentials in the URL redacted (errors are printed and
+    /// recorded in the cache).
+    shown: String,
     in_flight: AtomicUsize,
 }
 
@@ -246,7 +249,7 @@ impl fmt::Debug for Client {
                 &inner
                     .endpoints
                     .iter()
-                    .map(|e| e.base.as_str())
+                    .map(|e| e.shown.as_str())
                     .collect::<Vec<_>>(),
             )
             .field("api_key_env", &inner.config.api_key_env)
@@ -313,7 +316,8 @@ impl Client {
                 || !(url.starts_with("http://") || url.starts_with("https://"))
             {
                 return Err(invalid(format!(
-                    "base_url {url:?} is not an http:// or https:// URL"
+                    "base_url {:?} is not an http:// or https:// URL",
+                    error::redact_url(url)
                 )));
             }
         }
@@ -347,6 +351,7 @@ impl Client {
                 endpoints: endpoints
                     .into_iter()
                     .map(|base| Endpoint {
+                        shown: error::redact_url(&base),
                         base,
                         in_flight: AtomicUsize::new(0),
                     })
@@ -389,12 +394,14 @@ impl Client {
         };
         let endpoint = self.pick_endpoint();
         let _in_flight = InFlight::enter(endpoint);
-        let url = format!("{}{path}", endpoint.base);
+        let request_url = format!("{}{path}", endpoint.base);
+        // What errors name: the URL with its credentials redacted.
+        let url = format!("{}{path}", endpoint.shown);
 
         let started = Instant::now();
         let sent = inner
             .http
-            .post(&url)
+            .post(&request_url)
             .headers(inner.auth.clone())
             .json(&body)
             .send()
@@ -462,7 +469,7 @@ impl Client {
         for endpoint in &self.inner.endpoints {
             let url = reqwest::Url::parse(&endpoint.base).map_err(|e| LlmError::Config {
                 model: self.inner.id.clone(),
-                message: format!("base_url `{}` is not a URL: {e}", endpoint.base),
+                message: format!("base_url `{}` is not a URL: {e}", endpoint.shown),
             })?;
             let host = url.host_str().unwrap_or_default().to_string();
             let port = url.port_or_known_default().unwrap_or(443);
@@ -477,7 +484,7 @@ impl Client {
                 model: self.inner.id.clone(),
                 message: format!(
                     "cannot reach {} ({problem}); start the server or fix base_url in the spec",
-                    endpoint.base
+                    endpoint.shown
                 ),
             });
         }
@@ -501,7 +508,7 @@ impl Client {
         self.inner
             .endpoints
             .iter()
-            .map(|e| (e.base.clone(), e.in_flight.load(Ordering::Relaxed)))
+            .map(|e| (e.shown.clone(), e.in_flight.load(Ordering::Relaxed)))
             .collect()
     }
 
@@ -542,7 +549,14 @@ impl Client {
     }
 
     fn scrub(&self, text: &str) -> String {
-        error::redact(text, self.secret())
+        let mut text = error::redact(text, self.secret());
+        // Causes may quote the URL they failed on, credentials included.
+        for endpoint in &self.inner.endpoints {
+            if endpoint.base != endpoint.shown {
+                text = text.replace(&endpoint.base, &endpoint.shown);
+            }
+        }
+        text
     }
 
     fn transport_error(&self, url: &str, e: &reqwest::Error) -> LlmError {

@@ -221,6 +221,50 @@ pub fn redact(text: &str, secret: Option<&str>) -> String {
     out
 }
 
+/// What a redacted credential reads as in stored specs and messages.
+pub const REDACTED: &str = "REDACTED";
+
+/// A URL with its credentials replaced: the userinfo (`user:pass@`) and every query value
+/// (`?api_key=…`, `key=…`). Works on text that is not a valid URL too.
+pub fn redact_url(url: &str) -> String {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let mut out = String::with_capacity(url.len());
+    out.push_str(&url[..scheme_end]);
+    match authority.rfind('@') {
+        Some(at) => {
+            out.push_str(REDACTED);
+            out.push_str(&authority[at..]);
+        }
+        None => out.push_str(authority),
+    }
+    let tail = &rest[authority_end..];
+    let Some(question) = tail.find('?') else {
+        out.push_str(tail);
+        return out;
+    };
+    out.push_str(&tail[..=question]);
+    let after = &tail[question + 1..];
+    let (query, fragment) = match after.find('#') {
+        Some(hash) => (&after[..hash], &after[hash..]),
+        None => (after, ""),
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) => format!("{name}={REDACTED}"),
+            None if pair.is_empty() => String::new(),
+            // A bare value (`?sk-…`) may be a key as well.
+            None => REDACTED.to_string(),
+        })
+        .collect();
+    out.push_str(&pairs.join("&"));
+    out.push_str(fragment);
+    out
+}
+
 pub fn truncate_chars(text: &str, limit: usize) -> String {
     match text.char_indices().nth(limit) {
         Some((cut, _)) => format!("{}…", &text[..cut]),

@@ -9,8 +9,8 @@ pub const CLASSIFY_TRIALS: usize = 100;
 struct Task {
     features: Vec<usize>,
     answers: Vec<String>,
-    /// `labels[row]`: index into `answers`.
-    labels: Vec<usize>,
+    /// The rows with a label and their label, in file order.
+    labelled: Vec<(usize, usize)>,
     hint: String,
 }
 
@@ -22,9 +22,13 @@ fn task(ctx: &ProbeContext<'_>) -> Result<Task, ProbeError> {
     if answers.len() < 2 {
         return Err(ctx.error("the classification needs at least two answers".into()));
     }
-    let mut labels = Vec::with_capacity(table.n_rows());
+    let mut labelled = Vec::with_capacity(table.n_rows());
     for (r, row) in table.rows.iter().enumerate() {
         let raw = row[target].as_str();
+        if table.is_missing(raw) {
+            // No label, no expected answer: the row is never drawn.
+            continue;
+        }
         let label = match spec.threshold {
             Some(threshold) => {
                 let value: f64 = raw.parse().map_err(|_| {
@@ -39,7 +43,7 @@ fn task(ctx: &ProbeContext<'_>) -> Result<Task, ProbeError> {
                 ))
             })?,
         };
-        labels.push(label);
+        labelled.push((r, label));
     }
     let features = (0..table.n_cols()).filter(|&c| c != target).collect();
     let hint = match answers.as_slice() {
@@ -52,9 +56,16 @@ fn task(ctx: &ProbeContext<'_>) -> Result<Task, ProbeError> {
     Ok(Task {
         features,
         answers,
-        labels,
+        labelled,
         hint,
     })
+}
+
+/// Why a classification cell has no trials: no row has a target value.
+fn no_labels(task: &Task) -> Option<String> {
+    task.labelled
+        .is_empty()
+        .then(|| "no row has a target value to classify".to_string())
 }
 
 fn row_text(ctx: &ProbeContext<'_>, task: &Task, row: usize) -> String {
@@ -62,20 +73,25 @@ fn row_text(ctx: &ProbeContext<'_>, task: &Task, row: usize) -> String {
         .row_columns(ctx.table(), row, &task.features)
 }
 
-/// The rows to classify: a seeded sample without replacement.
-fn query_rows(ctx: &ProbeContext<'_>, test: TestId) -> Vec<usize> {
-    let n = ctx.table().n_rows();
-    ctx.rng(test, u32::MAX).sample(n, CLASSIFY_TRIALS.min(n))
+/// The rows to classify with their labels: a seeded sample without replacement among the
+/// labelled rows (all rows when no target is missing, so the draw is the paper's).
+fn query_rows(ctx: &ProbeContext<'_>, task: &Task, test: TestId) -> Vec<(usize, usize)> {
+    let n = task.labelled.len();
+    ctx.rng(test, u32::MAX)
+        .sample(n, CLASSIFY_TRIALS.min(n))
+        .into_iter()
+        .map(|i| task.labelled[i])
+        .collect()
 }
 
 pub(super) fn zero_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
     let test = TestId::Classify0Shot;
     let task = task(ctx)?;
     let question = &ctx.dataset.classification.question;
-    let prompts = query_rows(ctx, test)
+    let prompts = query_rows(ctx, &task, test)
         .into_iter()
         .enumerate()
-        .map(|(trial, row)| {
+        .map(|(trial, (row, label))| {
             let text = ctx.render(
                 test,
                 &[
@@ -86,14 +102,14 @@ pub(super) fn zero_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
             );
             let expected = Expected::Choice {
                 choices: task.answers.clone(),
-                correct: task.labels[row],
+                correct: label,
             };
             ctx.prompt(test, trial as u32, text, expected)
         })
         .collect();
     Ok(Probe {
+        skipped: no_labels(&task),
         prompts,
-        skipped: None,
     })
 }
 
@@ -107,13 +123,12 @@ pub(super) fn one_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         .example
         .as_deref()
         .unwrap_or("{row}\nAnswer: {answer}\n");
-    let table = ctx.table();
     let mut rows_of_class: Vec<Vec<usize>> = vec![Vec::new(); task.answers.len()];
-    for r in 0..table.n_rows() {
-        rows_of_class[task.labels[r]].push(r);
+    for &(r, label) in &task.labelled {
+        rows_of_class[label].push(r);
     }
     let mut prompts = Vec::new();
-    for (trial, row) in query_rows(ctx, test).into_iter().enumerate() {
+    for (trial, (row, label)) in query_rows(ctx, &task, test).into_iter().enumerate() {
         let mut rng = ctx.rng(test, trial as u32);
         // One example per class, never the row being asked about, in a random order.
         let mut classes: Vec<usize> = (0..task.answers.len()).collect();
@@ -122,12 +137,12 @@ pub(super) fn one_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         for class in classes {
             let candidates = &rows_of_class[class];
             // The query row is skipped by drawing among the others.
-            let others = candidates.len() - usize::from(task.labels[row] == class);
+            let others = candidates.len() - usize::from(label == class);
             if others == 0 {
                 continue;
             }
             let mut pick = rng.below(others);
-            if task.labels[row] == class && pick >= candidates.partition_point(|&r| r < row) {
+            if label == class && pick >= candidates.partition_point(|&r| r < row) {
                 pick += 1;
             }
             let example = candidates[pick];
@@ -156,12 +171,12 @@ pub(super) fn one_shot(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         );
         let expected = Expected::Choice {
             choices: task.answers.clone(),
-            correct: task.labels[row],
+            correct: label,
         };
         prompts.push(ctx.prompt(test, trial as u32, text, expected));
     }
     Ok(Probe {
+        skipped: no_labels(&task),
         prompts,
-        skipped: None,
     })
 }

@@ -1,5 +1,5 @@
 //! CSV files for pandas users: `grid.csv` (one row per scored cell of tests 1–9),
-//! `scores.csv` (Table 2, one row per model) and `accuracy.csv` (tests 10–12 per dataset).
+//! `scores.csv` (Table 2, one row per model, with the template its scores come from) and `accuracy.csv` (tests 10–12 per dataset).
 //! RFC 4180: fields with a comma, quote or line break are quoted; values are never altered.
 
 use std::collections::HashMap;
@@ -78,6 +78,7 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         "one_shot_ci_low",
         "one_shot_ci_high",
         "one_shot_invalid_rate",
+        "serialization",
     ]);
     for s in &analysis.series {
         let mut row = vec![
@@ -98,6 +99,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         row.extend(mean_columns(s.membership.as_ref(), true));
         row.extend(mean_columns(s.zero_shot.as_ref(), false));
         row.extend(mean_columns(s.one_shot.as_ref(), false));
+        // The template the scores come from (empty: only tests without rows).
+        row.push(s.serialization.clone().unwrap_or_default());
         scores.row(row);
     }
 

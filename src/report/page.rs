@@ -18,6 +18,9 @@ const NONE: &str = "–";
 pub struct Page {
     pub timestamp: Option<String>,
     pub primary_serialization: String,
+    /// One line per series scored with another template than the primary one (it has no
+    /// cell under the primary template), naming that template.
+    pub template_notes: Vec<String>,
     pub models: usize,
     pub datasets: Vec<DatasetCol>,
     pub tests: Vec<TestRow>,
@@ -256,6 +259,7 @@ impl Page {
         Page {
             timestamp: options.timestamp.clone(),
             primary_serialization: analysis.primary_serialization.clone(),
+            template_notes: template_notes(analysis),
             models: analysis.series.len(),
             tests: analysis
                 .tests
@@ -462,6 +466,29 @@ fn p_value(p: Option<f64>) -> String {
 
 fn percent(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
+}
+
+/// Series whose scores come from another template than the primary one, and which.
+fn template_notes(analysis: &Analysis) -> Vec<String> {
+    let primary = analysis.primary_serialization.as_str();
+    analysis
+        .series
+        .iter()
+        .filter_map(|s| {
+            let template = s.serialization.as_deref()?;
+            (template != primary).then(|| {
+                let source = if s.key.source == OWN_SOURCE {
+                    String::new()
+                } else {
+                    format!(" ({})", s.key.source)
+                };
+                format!(
+                    "{}{source}: template {template} (no cell under {primary})",
+                    s.label
+                )
+            })
+        })
+        .collect()
 }
 
 fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {

@@ -50,7 +50,8 @@ pub fn prepare(
         spec.models.retain(|m| only_models.contains(&m.id));
     }
     let pack = match &spec.prompt_pack {
-        Some(path) => PromptPack::load(path)?,
+        Some(path) => PromptPack::load(path)
+            .map_err(|e| anyhow::anyhow!("{}: prompt_pack: {e}", spec_path.display()))?,
         None => PromptPack::builtin(),
     };
     let catalog = Catalog::open(data_dir)?;
@@ -92,6 +93,24 @@ pub fn prepare(
         built.insert(name, prompts);
         if !datasets.iter().any(|d: &DatasetRow| d.id == row.id) {
             datasets.push(row);
+        }
+    }
+    // Two names of one dataset (an id and its alias) would plan every cell twice.
+    for (i, model) in spec.models.iter().enumerate() {
+        let names = spec.model_datasets(model);
+        for (k, name) in names.iter().enumerate() {
+            if let Some(other) = names[..k].iter().find(|o| built[*o].id == built[name].id) {
+                let key = if model.datasets.is_some() {
+                    format!("models[{i}] (`{}`).datasets", model.id)
+                } else {
+                    "datasets".to_string()
+                };
+                anyhow::bail!(
+                    "{}: {key}: `{other}` and `{name}` are the same dataset (`{}`); list it once",
+                    spec_path.display(),
+                    built[name].id
+                );
+            }
         }
     }
     release_freed_memory();

@@ -161,7 +161,9 @@ fn default_serializations() -> Vec<String> {
 pub struct Spec {
     pub name: String,
     pub path: PathBuf,
-    /// The spec's exact text (stored with each run).
+    /// The spec's text as stored with each run: exact, except that header values and
+    /// credentials in URLs (`user:pass@`, query values) read `REDACTED` (see
+    /// [`redact_secrets`]). Errors quote the file itself, never this.
     pub text: String,
     pub seed: u64,
     pub datasets: Vec<String>,
@@ -204,20 +206,24 @@ impl Spec {
             let location = e
                 .span()
                 .map(|span| {
-                    let line = text[..span.start].matches('\n').count() + 1;
+                    let before = text.get(..span.start).unwrap_or(text);
+                    let line = before.matches('\n').count() + 1;
                     format!("line {line}: ")
                 })
                 .unwrap_or_default();
-            err(format!("{location}{}", e.message().trim()))
+            // toml's messages may span lines; errors are one line.
+            let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+            err(format!("{location}{message}"))
         })?;
+        if raw.name.trim().is_empty() {
+            return Err(err(
+                "name: empty; give the experiment a name (it labels its runs)".into(),
+            ));
+        }
         if raw.models.is_empty() {
             return Err(err("no [[models]] entry; add at least one model".into()));
         }
-        if raw.datasets.is_empty() {
-            return Err(err(
-                "`datasets` is empty; list dataset ids (see `tabcontam datasets list`)".into(),
-            ));
-        }
+        check_datasets(&raw.datasets).map_err(|m| err(format!("datasets: {m}")))?;
         let tests = parse_tests(&raw.tests).map_err(|m| err(format!("tests: {m}")))?;
         let mut known: Vec<Serialization> = Serialization::builtins();
         for custom in &raw.custom_serializations {
@@ -236,6 +242,26 @@ impl Spec {
             known.push(custom.clone());
         }
         let resolve = |ids: &[String], key: &str| -> Result<Vec<Serialization>, SpecError> {
+            if ids.is_empty() {
+                return Err(err(format!(
+                    "{key}: empty; list at least one template id (known: {}), or remove the key to use the default `the-is`",
+                    known
+                        .iter()
+                        .map(|s| s.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            if let Some(twice) = ids
+                .iter()
+                .enumerate()
+                .find(|&(i, id)| ids[..i].contains(id))
+                .map(|(_, id)| id)
+            {
+                return Err(err(format!(
+                    "{key}: `{twice}` is listed twice; list each template once"
+                )));
+            }
             ids.iter()
                 .map(|id| {
                     known.iter().find(|s| &s.id == id).cloned().ok_or_else(|| {
@@ -257,20 +283,12 @@ impl Spec {
             if !seen_ids.insert(model.id.clone()) {
                 return Err(err(format!("{key}: duplicate model id")));
             }
-            if model.concurrency == 0 {
-                return Err(err(format!("{key}: `concurrency` must be at least 1")));
-            }
-            if model.samples == 0 {
-                return Err(err(format!("{key}: `samples` must be at least 1")));
-            }
+            check_model_numbers(model).map_err(|m| err(format!("{key}: {m}")))?;
             if model.samples > 1 && model.temperature == 0.0 {
                 return Err(err(format!(
                     "{key}: `samples = {}` with greedy decoding gives identical samples; set `temperature`",
                     model.samples
                 )));
-            }
-            if !(0.0..=2.0).contains(&model.temperature) {
-                return Err(err(format!("{key}: `temperature` must be within 0–2")));
             }
             match model.backend {
                 BackendKind::Local => {}
@@ -280,6 +298,9 @@ impl Spec {
                     )));
                 }
                 _ => {}
+            }
+            if let Some(datasets) = &model.datasets {
+                check_datasets(datasets).map_err(|m| err(format!("{key}.datasets: {m}")))?;
             }
             if let Some(tests) = &model.tests {
                 parse_tests(tests).map_err(|m| err(format!("{key}.tests: {m}")))?;
@@ -315,7 +336,7 @@ impl Spec {
         Ok(Spec {
             name: raw.name,
             path: path.to_path_buf(),
-            text: text.to_string(),
+            text: redact_secrets(text),
             seed: raw.seed,
             datasets: raw.datasets,
             tests,
@@ -394,6 +415,224 @@ impl Spec {
     }
 }
 
+/// Most samples per prompt a spec may ask for (each is one request per prompt).
+pub const MAX_SAMPLES: u32 = 1000;
+/// Most requests in flight per model.
+pub const MAX_CONCURRENCY: usize = 10_000;
+/// Most prompts a local model decodes together.
+pub const MAX_BATCH: usize = 4096;
+/// Longest request timeout, in seconds (one day).
+const MAX_TIMEOUT_S: f64 = 86_400.0;
+
+/// A dataset list: not empty, no empty or repeated names.
+fn check_datasets(names: &[String]) -> Result<(), String> {
+    if names.is_empty() {
+        return Err("empty; list dataset ids (see `tabcontam datasets list`)".into());
+    }
+    for (i, name) in names.iter().enumerate() {
+        if name.trim().is_empty() {
+            return Err(format!(
+                "entry {} is an empty string; list dataset ids (see `tabcontam datasets list`)",
+                i + 1
+            ));
+        }
+        if names[..i].contains(name) {
+            return Err(format!("`{name}` is listed twice; list each dataset once"));
+        }
+    }
+    Ok(())
+}
+
+/// The numbers and strings of one model entry that TOML types cannot check.
+fn check_model_numbers(model: &ModelSpec) -> Result<(), String> {
+    if !(1..=MAX_CONCURRENCY).contains(&model.concurrency) {
+        return Err(format!(
+            "`concurrency = {}` must be within 1–{MAX_CONCURRENCY}",
+            model.concurrency
+        ));
+    }
+    if !(1..=MAX_SAMPLES).contains(&model.samples) {
+        return Err(format!(
+            "`samples = {}` must be within 1–{MAX_SAMPLES}",
+            model.samples
+        ));
+    }
+    if !(0.0..=2.0).contains(&model.temperature) {
+        return Err(format!(
+            "`temperature = {}` must be within 0–2 (0 is greedy)",
+            model.temperature
+        ));
+    }
+    if let Some(top_p) = model.top_p
+        && !(top_p > 0.0 && top_p <= 1.0)
+    {
+        return Err(format!("`top_p = {top_p}` must be within 0–1 (above 0)"));
+    }
+    if let Some(timeout) = model.timeout_s
+        && !(timeout > 0.0 && timeout <= MAX_TIMEOUT_S)
+    {
+        return Err(format!(
+            "`timeout_s = {timeout}` must be a number of seconds above 0 and at most {MAX_TIMEOUT_S}"
+        ));
+    }
+    if let Some(batch) = model.max_batch
+        && !(1..=MAX_BATCH).contains(&batch)
+    {
+        return Err(format!(
+            "`max_batch = {batch}` must be within 1–{MAX_BATCH}"
+        ));
+    }
+    for (key, price) in [
+        ("price_input_per_mtok", model.price_input_per_mtok),
+        ("price_output_per_mtok", model.price_output_per_mtok),
+    ] {
+        if let Some(price) = price
+            && !(price.is_finite() && price >= 0.0)
+        {
+            return Err(format!("`{key} = {price}` must be a price of 0 or more"));
+        }
+    }
+    if let (Some(base), Some(max)) = (model.backoff_base_ms, model.backoff_max_ms)
+        && base > max
+    {
+        return Err(format!(
+            "`backoff_base_ms = {base}` is above `backoff_max_ms = {max}`; the first wait cannot exceed the longest"
+        ));
+    }
+    for (key, value) in [
+        ("model", &model.model),
+        ("revision", &model.revision),
+        ("api_key_env", &model.api_key_env),
+    ] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(format!(
+                "`{key}` is an empty string; give a value or remove the key"
+            ));
+        }
+    }
+    if let Some(urls) = &model.base_url {
+        let urls = urls.to_vec();
+        if urls.is_empty() {
+            return Err("`base_url` is an empty list; give one URL or a list of them".into());
+        }
+        if urls.iter().any(|u| u.trim().is_empty()) {
+            return Err("`base_url` holds an empty string; give the server's URL".into());
+        }
+    }
+    if model.headers.keys().any(|name| name.trim().is_empty()) {
+        return Err("`headers` has an empty header name".into());
+    }
+    Ok(())
+}
+
+pub use crate::llm::error::{REDACTED, redact_url};
+
+/// Where a spec's secrets are written: header values and base URLs, with their spans.
+#[derive(Deserialize)]
+struct SecretSpans {
+    #[serde(default)]
+    models: Vec<ModelSecretSpans>,
+}
+
+#[derive(Deserialize)]
+struct ModelSecretSpans {
+    #[serde(default)]
+    base_url: Option<toml::Spanned<toml::Value>>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, toml::Spanned<toml::Value>>,
+}
+
+/// The redacted form of one secret-bearing value: header values entirely, URLs their
+/// credentials.
+fn redacted_value(value: &toml::Value, is_header: bool) -> toml::Value {
+    match value {
+        toml::Value::String(_) if is_header => toml::Value::String(REDACTED.into()),
+        toml::Value::String(url) => toml::Value::String(redact_url(url)),
+        toml::Value::Array(items) => toml::Value::Array(
+            items
+                .iter()
+                .map(|item| redacted_value(item, is_header))
+                .collect(),
+        ),
+        _ if is_header => toml::Value::String(REDACTED.into()),
+        other => other.clone(),
+    }
+}
+
+/// The spec text to store with a run: the file as written, except that every header value
+/// and the credentials of every `base_url` (`user:pass@`, query values) read `REDACTED`.
+/// Only those values change, so the stored text keeps its comments and layout; should a
+/// value be spelled so that it cannot be replaced in place (escapes), the spec is stored
+/// re-serialized instead. Secrets written in comments cannot be found and are not removed.
+pub fn redact_secrets(text: &str) -> String {
+    let Ok(spans) = toml::from_str::<SecretSpans>(text) else {
+        return text.to_string();
+    };
+    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    for model in &spans.models {
+        let values = model
+            .base_url
+            .iter()
+            .map(|v| (v, false))
+            .chain(model.headers.values().map(|v| (v, true)));
+        for (spanned, is_header) in values {
+            let redacted = redacted_value(spanned.get_ref(), is_header);
+            if &redacted != spanned.get_ref() {
+                edits.push((spanned.span(), redacted.to_string()));
+            }
+        }
+    }
+    if edits.is_empty() {
+        return text.to_string();
+    }
+    edits.sort_by_key(|(span, _)| std::cmp::Reverse(span.start));
+    let mut out = text.to_string();
+    for (span, replacement) in &edits {
+        if out.get(span.clone()).is_some() {
+            out.replace_range(span.clone(), replacement);
+        }
+    }
+    if is_redacted(&out) {
+        return out;
+    }
+    // In-place replacement failed (an escaped spelling): store the redacted values
+    // re-serialized, which loses comments but never a secret.
+    let Ok(mut value) = toml::from_str::<toml::Value>(text) else {
+        return String::new();
+    };
+    if let Some(models) = value.get_mut("models").and_then(|m| m.as_array_mut()) {
+        for model in models.iter_mut().filter_map(|m| m.as_table_mut()) {
+            if let Some(url) = model.get_mut("base_url") {
+                *url = redacted_value(url, false);
+            }
+            if let Some(headers) = model.get_mut("headers").and_then(|h| h.as_table_mut()) {
+                for (_, header) in headers.iter_mut() {
+                    *header = redacted_value(header, true);
+                }
+            }
+        }
+    }
+    toml::to_string(&value).unwrap_or_default()
+}
+
+/// Whether every header value and URL credential of `text` is redacted.
+fn is_redacted(text: &str) -> bool {
+    let Ok(spans) = toml::from_str::<SecretSpans>(text) else {
+        return false;
+    };
+    spans.models.iter().all(|model| {
+        let url_ok = model
+            .base_url
+            .as_ref()
+            .is_none_or(|v| redacted_value(v.get_ref(), false) == *v.get_ref());
+        url_ok
+            && model
+                .headers
+                .values()
+                .all(|v| v.get_ref().as_str() == Some(REDACTED))
+    })
+}
+
 /// `["all"]`, ids or numbers; duplicates removed, paper order kept.
 pub fn parse_tests(names: &[String]) -> Result<Vec<TestId>, String> {
     if names.is_empty() {
@@ -414,4 +653,167 @@ pub fn parse_tests(names: &[String]) -> Result<Vec<TestId>, String> {
     tests.sort();
     tests.dedup();
     Ok(tests)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "name = \"t\"\ndatasets = [\"iris\"]\ntests = [\"all\"]\n";
+
+    fn model(extra: &str) -> String {
+        format!(
+            "{BASE}\n[[models]]\nid = \"m\"\nbackend = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:1/v1\"\n{extra}\n"
+        )
+    }
+
+    fn error(text: &str) -> String {
+        Spec::parse(text, Path::new("exp.toml"))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn empty_and_repeated_lists_are_errors_naming_the_key() {
+        let cases = [
+            (
+                format!("{BASE}serializations = []\n{}", &model("")[BASE.len()..]),
+                "exp.toml: serializations: empty",
+            ),
+            (
+                model("serializations = []"),
+                "exp.toml: models[0] (`m`).serializations: empty",
+            ),
+            (
+                model("datasets = []"),
+                "exp.toml: models[0] (`m`).datasets: empty",
+            ),
+            (
+                model("tests = []"),
+                "exp.toml: models[0] (`m`).tests: empty",
+            ),
+            (
+                model("serializations = [\"colon\", \"colon\"]"),
+                "`colon` is listed twice",
+            ),
+            (
+                model("").replace("[\"iris\"]", "[\"iris\", \"iris\"]"),
+                "exp.toml: datasets: `iris` is listed twice",
+            ),
+            (
+                model("").replace("[\"iris\"]", "[\"\"]"),
+                "exp.toml: datasets: entry 1 is an empty string",
+            ),
+            (
+                model("").replace("name = \"t\"", "name = \"\""),
+                "exp.toml: name: empty",
+            ),
+        ];
+        for (text, expected) in cases {
+            let message = error(&text);
+            assert!(
+                message.contains(expected),
+                "{expected:?} not in {message:?}"
+            );
+            assert_eq!(message.lines().count(), 1, "{message}");
+        }
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_errors_naming_the_key() {
+        let cases = [
+            ("samples = 0", "`samples = 0`"),
+            ("samples = 5000\ntemperature = 1.0", "`samples = 5000`"),
+            ("concurrency = 0", "`concurrency = 0`"),
+            (
+                "concurrency = 9223372036854775807",
+                "`concurrency = 9223372036854775807`",
+            ),
+            ("temperature = -0.5", "`temperature = -0.5`"),
+            ("temperature = nan", "`temperature = NaN`"),
+            ("temperature = inf", "`temperature = inf`"),
+            ("top_p = 0.0", "`top_p = 0`"),
+            ("top_p = nan", "`top_p = NaN`"),
+            ("timeout_s = -1.0", "`timeout_s = -1`"),
+            ("timeout_s = 1e300", "`timeout_s = 10000000000"),
+            ("max_batch = 0", "`max_batch = 0`"),
+            ("price_input_per_mtok = -1.0", "`price_input_per_mtok = -1`"),
+            (
+                "backoff_base_ms = 10\nbackoff_max_ms = 1",
+                "`backoff_base_ms = 10`",
+            ),
+            ("model = \"\"", "`model` is an empty string"),
+            ("api_key_env = \" \"", "`api_key_env` is an empty string"),
+        ];
+        for (extra, expected) in cases {
+            let message = error(&model(extra));
+            assert!(
+                message.starts_with("exp.toml: models[0] (`m`): ") && message.contains(expected),
+                "{expected:?} not in {message:?}"
+            );
+        }
+        let empty_urls = model("").replace("\"http://127.0.0.1:1/v1\"", "[]");
+        assert!(error(&empty_urls).contains("`base_url` is an empty list"));
+    }
+
+    #[test]
+    fn stored_text_redacts_header_values_and_url_credentials() {
+        let text = format!(
+            "{BASE}\n[[models]]\nid = \"a\"  # keep this comment\nbackend = \"openai-compatible\"\n\
+             base_url = \"https://alice:hunter2@api.example.com/v1?api_key=sk-live-123&x=1\"\n\
+             headers = {{ \"X-Org\" = \"org-secret-9\", Authorization = 'Bearer tok-777' }}\n\
+             \n[[models]]\nid = \"b\"\nbackend = \"openai-compatible\"\n\
+             base_url = [\"http://127.0.0.1:8000/v1\", \"http://bob:pw-555@127.0.0.1:8001/v1?key=k-42\"]\n\
+             [models.headers]\nX-Route = \"route-secret-3\"\n"
+        );
+        let stored = redact_secrets(&text);
+        for secret in [
+            "hunter2",
+            "alice",
+            "sk-live-123",
+            "org-secret-9",
+            "tok-777",
+            "pw-555",
+            "k-42",
+            "route-secret-3",
+        ] {
+            assert!(!stored.contains(secret), "{secret} in {stored}");
+        }
+        assert!(stored.contains("# keep this comment"), "{stored}");
+        assert!(stored.contains("https://REDACTED@api.example.com/v1?api_key=REDACTED&x=REDACTED"));
+        assert!(stored.contains("\"http://127.0.0.1:8000/v1\""), "{stored}");
+        // Still a valid spec, with the same models.
+        let reparsed: toml::Value = toml::from_str(&stored).unwrap();
+        assert_eq!(reparsed["models"].as_array().unwrap().len(), 2);
+        // An escaped spelling cannot be replaced in place: stored re-serialized, redacted.
+        let escaped = model("headers = { X-Org = \"\\u0073ecret-escaped\" }");
+        let stored = redact_secrets(&escaped);
+        assert!(!stored.contains("ecret-escaped"), "{stored}");
+        assert!(stored.contains(REDACTED), "{stored}");
+        // Parsing keeps the redacted text.
+        let spec = Spec::parse(
+            &text.replace("Authorization = 'Bearer tok-777'", "X-B = \"v\""),
+            Path::new("exp.toml"),
+        )
+        .unwrap();
+        assert!(!spec.text.contains("org-secret-9") && !spec.text.contains("hunter2"));
+        // Nothing to redact: the text is stored exactly.
+        let plain = model("");
+        assert_eq!(redact_secrets(&plain), plain);
+    }
+
+    #[test]
+    fn url_redaction() {
+        assert_eq!(
+            redact_url("http://127.0.0.1:8000/v1"),
+            "http://127.0.0.1:8000/v1"
+        );
+        assert_eq!(redact_url("https://u:p@h/v1"), "https://REDACTED@h/v1");
+        assert_eq!(
+            redact_url("https://h/v1?key=abc#frag"),
+            "https://h/v1?key=REDACTED#frag"
+        );
+        assert_eq!(redact_url("h?secret"), "h?REDACTED");
+        assert_eq!(redact_url("no url at all"), "no url at all");
+    }
 }
