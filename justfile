@@ -2,14 +2,26 @@
 
 export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", env_var("HOME") + "/.cache/tabcontam-target")
 
+# DuckDB's prebuilt library, which the build links (once; instant when present).
+duckdb:
+    bash scripts/ci-install-duckdb.sh
+
 # The main job on the embedded defaults (see README).
-demo:
+demo: duckdb
     cargo run --release -- run experiments/demo.toml
     cargo run --release -- report
 
-# The test suite, exactly as CI runs it.
-test:
+# `tabcontam` into ~/.cargo/bin; it needs no source tree at run time.
+install: duckdb
+    cargo install --locked --path .
+
+# The test suite: CI's command. Tests whose inputs are missing are skipped (listed at the end).
+test: duckdb
     cargo test
+
+# What CI runs: every install script, then `cargo test` with TABCONTAM_CI=1 (no skips).
+ci:
+    .ci/run
 
 # Benchmarks named in the issues.
 bench:

@@ -10,7 +10,8 @@
 # PyPI's torch wheel for Linux is a CUDA build: it pulls ~3 GB of NVIDIA libraries, which
 # it needs to import even on a machine without a GPU (about 5 minutes on 2 cores, once).
 # Idempotent: each part is skipped when present and made by the same script and versions.
-# TABCONTAM_SKIP_TORCH=1 installs only the model (parity tests then print SKIP).
+# TABCONTAM_SKIP_TORCH=1 installs only the model (the parity tests are then skipped, or
+# fail under TABCONTAM_CI=1).
 set -euo pipefail
 
 started=$(date +%s)

@@ -2,8 +2,8 @@
 # Installs what the report tests need to check the reports for real: pdflatex (with booktabs,
 # xcolor and TikZ) compiles report.tex, headless Chromium loads report.html. Idempotent: a
 # tool already on PATH is not installed again, and `apt-get update` runs at most once.
-# Debian packages (TeX Live 2022, Chromium); CI sets TABCONTAM_REQUIRE_REPORT_TOOLS=1 so
-# the tests fail rather than skip when a tool is missing.
+# Debian packages (TeX Live 2022, Chromium); CI sets TABCONTAM_CI=1 so the tests fail
+# rather than skip when a tool is missing.
 set -euo pipefail
 
 packages=()

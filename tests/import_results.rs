@@ -1,24 +1,24 @@
 //! `import-results --format paper`: the paper's published per-cell results reproduce its
 //! Table 2 (contamination and membership rows, all 15 models) through the analytics.
 
+#[path = "support/skip.rs"]
+mod skip;
+
 use std::path::PathBuf;
 
-use tabcontam::analyze::paper::{PAPER_SOURCE, default_results_dir, read_paper_results};
+use tabcontam::analyze::paper::{PAPER_SOURCE, read_paper_results};
 use tabcontam::analyze::{Analysis, Options, analyze_store};
 use tabcontam::store::Store;
 
-/// The paper's results, read from `../shared/parity/paper-results` (never committed).
+/// The paper's results, read from `../shared/parity/paper-results` (never committed);
+/// `None` after a skip (a failure in CI).
 fn paper_dir() -> Option<PathBuf> {
-    let dir = default_results_dir();
-    if dir.join("gpt4o.csv").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: the paper's results are not at {} (shared/ beside the checkout)",
-            dir.display()
-        );
-        None
-    }
+    let dir = skip::shared_dir().join("parity/paper-results");
+    let why = format!(
+        "the paper's results are not at {} (../shared beside the checkout)",
+        dir.display()
+    );
+    skip::require(dir, |d| d.join("gpt4o.csv").is_file(), why)
 }
 
 fn imported(dir: &std::path::Path) -> (tempfile::TempDir, Analysis) {

@@ -4,7 +4,11 @@
 //!
 //! The parity data comes from `scripts/make-tiny-models.py` (run by
 //! `scripts/ci-install-local-models.sh`) in `$TABCONTAM_TEST_ASSETS/tiny-models`; tests
-//! that need it print SKIP when it is missing. Nothing here reaches the internet.
+//! that need it are skipped when it is missing (a failure in CI, see `support/skip.rs`).
+//! Nothing here reaches the internet.
+
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,41 +23,31 @@ use tabcontam::llm::local::{Finish, LocalError, LocalModel, LocalOptions};
 /// different float summation order; comparison stops at the first such step.
 const GAP_TOLERANCE: f64 = 1e-3;
 
-fn assets_dir() -> PathBuf {
-    std::env::var_os("TABCONTAM_TEST_ASSETS").map_or_else(
-        || {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/tabcontam-test-assets")
-        },
-        PathBuf::from,
-    )
-}
+use skip::assets_dir;
 
+/// The tiny models and transformers' outputs, or `None` after a skip.
 fn tiny_models_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("TABCONTAM_TINY_MODELS")
         .map_or_else(|| assets_dir().join("tiny-models"), PathBuf::from);
-    if dir.join("llama").join("expected.json").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIP: no tiny models in {} (run scripts/ci-install-local-models.sh)",
-            dir.display()
-        );
-        None
-    }
+    let why = format!(
+        "no tiny models in {} (run scripts/ci-install-local-models.sh)",
+        dir.display()
+    );
+    skip::require(
+        dir,
+        |d| d.join("llama").join("expected.json").is_file(),
+        why,
+    )
 }
 
+/// The SmolLM2 GGUF file, or `None` after a skip.
 fn smollm2_path() -> Option<PathBuf> {
     let path = assets_dir().join("models").join(DEFAULT_MODEL_FILE);
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIP: {} is missing (run scripts/ci-install-local-models.sh)",
-            path.display()
-        );
-        None
-    }
+    let why = format!(
+        "{} is missing (run scripts/ci-install-local-models.sh)",
+        path.display()
+    );
+    skip::require(path, |p| p.is_file(), why)
 }
 
 fn greedy(max_tokens: u32) -> GenerationParams {
@@ -192,12 +186,14 @@ fn tiny_models_match_transformers_token_for_token() {
 
 #[test]
 fn smollm2_gguf_matches_transformers() {
-    let (Some(gguf), Some(dir)) = (smollm2_path(), tiny_models_dir()) else {
-        return;
-    };
+    let Some(gguf) = smollm2_path() else { return };
+    let Some(dir) = tiny_models_dir() else { return };
     let expected_path = dir.join("smollm2").join("expected.json");
     let Ok(text) = std::fs::read_to_string(&expected_path) else {
-        eprintln!("SKIP: {} is missing", expected_path.display());
+        skip::skip(format!(
+            "{} is missing (run scripts/ci-install-local-models.sh)",
+            expected_path.display()
+        ));
         return;
     };
     let expected: Value = serde_json::from_str(&text).unwrap();
@@ -343,13 +339,13 @@ async fn start_llama_server(binary: &Path, model: &Path, log: &Path) -> LlamaSer
 async fn smollm2_gguf_matches_llama_cpp() {
     let Some(gguf) = smollm2_path() else { return };
     let binary = assets_dir().join("bin").join("llama-server");
-    if !binary.is_file() {
-        eprintln!(
-            "SKIP: {} is missing (scripts/install-test-server.sh)",
-            binary.display()
-        );
+    let why = format!(
+        "{} is missing (run scripts/ci-install-test-server.sh)",
+        binary.display()
+    );
+    let Some(binary) = skip::require(binary, |b| b.is_file(), why) else {
         return;
-    }
+    };
     let logs = tempfile::tempdir().unwrap();
     let server = start_llama_server(&binary, &gguf, &logs.path().join("llama-server.log")).await;
     let http = reqwest::Client::builder().no_proxy().build().unwrap();

@@ -1,20 +1,20 @@
 //! `tabcontam parity`: agreement targets on the conformance data, and error reporting.
 
+#[path = "support/skip.rs"]
+mod skip;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The conformance data lives next to the checkout (`../shared/parity`); it is not shipped.
+/// `None` after a skip (a failure in CI).
 fn parity_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/parity");
-    if dir.join("algorithm1.jsonl").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: no conformance data at {} (algorithm1.jsonl missing)",
-            dir.display()
-        );
-        None
-    }
+    let dir = skip::shared_dir().join("parity");
+    let why = format!(
+        "no conformance data at {} (algorithm1.jsonl missing; ../shared beside the checkout)",
+        dir.display()
+    );
+    skip::require(dir, |d| d.join("algorithm1.jsonl").is_file(), why)
 }
 
 fn tabcontam(args: &[&str]) -> Output {

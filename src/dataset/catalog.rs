@@ -1,11 +1,14 @@
 //! The catalog of known datasets: shipped and user descriptors, and where their files live.
 //!
-//! Built-in descriptors are compiled into the binary, so it knows the paper's datasets from
-//! any working directory. Files are looked up, for each variant in the descriptor's order of
+//! Built-in descriptors and the shipped data files are compiled into the binary, so an
+//! installed `tabcontam` knows the paper's datasets from any working directory, with no
+//! source tree. Files are looked up, for each variant in the descriptor's order of
 //! preference, in: the `--data-dir` / `TABCONTAM_DATA_DIR` directory, the user data
-//! directory (`<home>/datasets`, see [`user_home`]), then the shipped `datasets/` folder.
-//! The first variant found anywhere wins, so pointing `--data-dir` at the paper's files
-//! makes them win over the shipped stand-ins.
+//! directory (`<home>/datasets`, see [`user_home`]), then the built-in files. The first
+//! variant found anywhere wins, so pointing `--data-dir` at the paper's files makes them win
+//! over the shipped stand-ins.
+
+use std::borrow::Cow;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -29,8 +32,61 @@ const BUILTIN_DESCRIPTORS: &[(&str, &str)] = &[
     ("thyroid.toml", include_str!("../../datasets/thyroid.toml")),
 ];
 
-/// The folder of the project's shipped data files (present when run from a checkout).
-pub const SHIPPED_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets");
+/// `(file name, bytes)` of every shipped data file (`datasets/`, 5.7 MB), compiled in.
+const BUILTIN_FILES: &[(&str, &[u8])] = &[
+    ("adult.data", include_bytes!("../../datasets/adult.data")),
+    (
+        "california_housing.csv",
+        include_bytes!("../../datasets/california_housing.csv"),
+    ),
+    (
+        "german_credit.csv",
+        include_bytes!("../../datasets/german_credit.csv"),
+    ),
+    ("iris.csv", include_bytes!("../../datasets/iris.csv")),
+    ("titanic.csv", include_bytes!("../../datasets/titanic.csv")),
+    ("wine.csv", include_bytes!("../../datasets/wine.csv")),
+];
+
+/// The compiled-in copy of a shipped data file.
+pub fn builtin_file(name: &str) -> Option<&'static [u8]> {
+    BUILTIN_FILES
+        .iter()
+        .find(|(file, _)| *file == name)
+        .map(|(_, bytes)| *bytes)
+}
+
+/// Where a dataset's file was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A file on disk.
+    Disk(PathBuf),
+    /// A shipped file compiled into the binary.
+    BuiltIn(&'static str),
+}
+
+impl Location {
+    /// The path shown to people and recorded in tables: the file's path, or
+    /// `(built-in) datasets/NAME` for a compiled-in file.
+    pub fn display_path(&self) -> PathBuf {
+        match self {
+            Location::Disk(path) => path.clone(),
+            Location::BuiltIn(name) => PathBuf::from(format!("(built-in) datasets/{name}")),
+        }
+    }
+
+    /// The file's bytes.
+    pub fn read(&self) -> anyhow::Result<Cow<'static, [u8]>> {
+        match self {
+            Location::Disk(path) => std::fs::read(path)
+                .map(Cow::Owned)
+                .map_err(|err| anyhow::anyhow!("{}: cannot read the file: {err}", path.display())),
+            Location::BuiltIn(name) => builtin_file(name)
+                .map(Cow::Borrowed)
+                .ok_or_else(|| anyhow::anyhow!("no built-in data file named {name}")),
+        }
+    }
+}
 
 /// The user's tabcontam folder: `$TABCONTAM_HOME`, else `$XDG_DATA_HOME/tabcontam`, else
 /// `~/.local/share/tabcontam`. `None` when no home directory is known.
@@ -130,11 +186,7 @@ impl Catalog {
         }
 
         let mut search_dirs: Vec<PathBuf> = Vec::new();
-        let candidates = data_dir
-            .map(Path::to_path_buf)
-            .into_iter()
-            .chain(user_dir)
-            .chain(std::iter::once(PathBuf::from(SHIPPED_DIR)));
+        let candidates = data_dir.map(Path::to_path_buf).into_iter().chain(user_dir);
         for dir in candidates {
             if !search_dirs.contains(&dir) {
                 search_dirs.push(dir);
@@ -174,25 +226,45 @@ impl Catalog {
         })
     }
 
-    /// The first variant of the descriptor whose file exists in a search directory, and
-    /// where it is.
-    pub fn locate<'d>(&self, descriptor: &'d Descriptor) -> Option<(&'d DataFile, PathBuf)> {
+    /// The first variant of the descriptor whose file exists in a search directory or is
+    /// built in, and where it is.
+    pub fn locate<'d>(&self, descriptor: &'d Descriptor) -> Option<(&'d DataFile, Location)> {
         descriptor.files.iter().find_map(|file| {
-            self.search_dirs
+            let on_disk = self
+                .search_dirs
                 .iter()
                 .map(|dir| dir.join(&file.file))
                 .find(|path| path.is_file())
-                .map(|path| (file, path))
+                .map(Location::Disk);
+            let built_in = || {
+                BUILTIN_FILES
+                    .iter()
+                    .find(|(name, _)| *name == file.file)
+                    .map(|(name, _)| Location::BuiltIn(name))
+            };
+            on_disk.or_else(built_in).map(|location| (file, location))
         })
     }
 
     /// Loads the first present file variant of a dataset.
     pub fn load(&self, name: &str) -> anyhow::Result<Dataset> {
+        self.load_with_checksum(name).map(|(dataset, _)| dataset)
+    }
+
+    /// [`Catalog::load`], with the blake3 (hex) of the bytes it loaded: the file may be
+    /// built in, so `dataset.table.source` is not always a path to read again.
+    pub fn load_with_checksum(&self, name: &str) -> anyhow::Result<(Dataset, String)> {
         let descriptor = self.find(name)?;
-        let (file, path) = self
+        let (file, location) = self
             .locate(descriptor)
             .ok_or_else(|| self.not_found(descriptor))?;
-        descriptor.load_variant(file, &path)
+        let bytes = location.read()?;
+        let table = crate::dataset::csv::parse_table(
+            &bytes,
+            &location.display_path(),
+            &file.csv_options(),
+        )?;
+        Ok((descriptor.resolve(file, table)?, blake3_hex(&bytes)))
     }
 
     /// Why a dataset has no file, and what to do about it.
@@ -203,10 +275,15 @@ impl Catalog {
             .map(|d| d.display().to_string())
             .collect();
         anyhow::anyhow!(
-            "no file for dataset \"{}\": looked for {} in {}; {}, or pass --data-dir DIR for a folder that holds it",
+            "no file for dataset \"{}\": looked for {} in {}{}; {}, or pass --data-dir DIR for a folder that holds it",
             descriptor.id,
             file_names(descriptor),
             dirs.join(", "),
+            if dirs.is_empty() {
+                "the built-in files"
+            } else {
+                " and the built-in files"
+            },
             how_to_obtain(descriptor)
         )
     }
@@ -311,6 +388,45 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("tabcontam datasets list"), "{err}");
+    }
+
+    #[test]
+    fn every_shipped_data_file_is_built_in_and_identical() {
+        // Descriptors name files; every one shipped in datasets/ must be compiled in, so an
+        // installed binary finds what a checkout finds.
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets");
+        let mut found = 0;
+        for descriptor in builtin_descriptors().unwrap() {
+            for file in &descriptor.files {
+                let path = shipped.join(&file.file);
+                if path.is_file() {
+                    let built_in = builtin_file(&file.file)
+                        .unwrap_or_else(|| panic!("{} is shipped but not built in", file.file));
+                    assert!(std::fs::read(&path).unwrap() == built_in, "{}", file.file);
+                    found += 1;
+                }
+            }
+        }
+        assert_eq!(found, BUILTIN_FILES.len());
+    }
+
+    #[test]
+    fn built_in_files_load_with_no_search_directory() {
+        let catalog = Catalog {
+            descriptors: builtin_descriptors().unwrap(),
+            search_dirs: Vec::new(),
+        };
+        let iris = catalog.load("iris").unwrap();
+        assert_eq!(
+            (iris.variant.as_str(), iris.table.n_rows()),
+            ("tabmemcheck", 150)
+        );
+        assert_eq!(
+            iris.table.source,
+            PathBuf::from("(built-in) datasets/iris.csv")
+        );
+        let err = catalog.not_found(catalog.find("bank").unwrap()).to_string();
+        assert!(err.contains("in the built-in files;"), "{err}");
     }
 
     #[test]

@@ -12,6 +12,14 @@ use std::path::{Path, PathBuf};
 const AFF_FILE: &str = "en_US.aff";
 const DIC_FILE: &str = "en_US.dic";
 
+/// The shipped en_US files (`datasets/dictionary/`), compiled in: an installed binary
+/// works without the source tree.
+const EMBEDDED_AFF: &str = include_str!("../../datasets/dictionary/en_US.aff");
+const EMBEDDED_DIC: &str = include_str!("../../datasets/dictionary/en_US.dic");
+/// The SCOWL licence asks that its notice travel with the files, so it is compiled in too.
+#[used]
+static EMBEDDED_COPYRIGHT: &str = include_str!("../../datasets/dictionary/COPYRIGHT");
+
 /// Overrides the directory holding `en_US.aff` and `en_US.dic`.
 pub const DICTIONARY_DIR_ENV: &str = "TABCONTAM_DICTIONARY_DIR";
 /// The project home; its `datasets/dictionary/` is searched when it holds the files.
@@ -31,10 +39,6 @@ pub enum DictionaryError {
         "dictionary file {path} is not a valid Hunspell file: {message} (use the en_US files shipped in datasets/dictionary/)"
     )]
     Parse { path: PathBuf, message: String },
-    #[error(
-        "no English dictionary found; looked for {AFF_FILE} in: {searched} (set {DICTIONARY_DIR_ENV} to a directory holding {AFF_FILE} and {DIC_FILE})"
-    )]
-    NotFound { searched: String },
 }
 
 /// A loaded Hunspell dictionary.
@@ -73,37 +77,31 @@ impl Dictionary {
         Ok(Self { inner })
     }
 
-    /// Loads the shipped en_US dictionary, from the first directory that applies:
-    /// `$TABCONTAM_DICTIONARY_DIR` (when set, it must hold the files),
-    /// `$TABCONTAM_HOME/datasets/dictionary`, then this crate's `datasets/dictionary`.
+    /// Loads the en_US dictionary: from `$TABCONTAM_DICTIONARY_DIR` when set (it must hold
+    /// the files), else from `$TABCONTAM_HOME/datasets/dictionary` when that holds them,
+    /// else the copy compiled into the binary (so an installed `tabcontam` needs no files).
     pub fn shipped() -> Result<Self, DictionaryError> {
-        let dir = Self::shipped_dir()?;
-        Self::load(&dir.join(AFF_FILE), &dir.join(DIC_FILE))
+        match Self::override_dir() {
+            Some(dir) => Self::load(&dir.join(AFF_FILE), &dir.join(DIC_FILE)),
+            None => Self::from_texts(EMBEDDED_AFF, EMBEDDED_DIC).map_err(|message| {
+                DictionaryError::Parse {
+                    path: PathBuf::from("(built-in) datasets/dictionary/en_US.aff"),
+                    message,
+                }
+            }),
+        }
     }
 
-    /// The directory `shipped` loads from.
-    pub fn shipped_dir() -> Result<PathBuf, DictionaryError> {
+    /// The directory `shipped` loads from instead of the built-in copy, if any.
+    pub fn override_dir() -> Option<PathBuf> {
         if let Some(dir) = std::env::var_os(DICTIONARY_DIR_ENV).filter(|d| !d.is_empty()) {
             // An explicit override is never silently skipped: a typo should be an error.
-            return Ok(PathBuf::from(dir));
+            return Some(PathBuf::from(dir));
         }
-        let mut candidates = Vec::new();
-        if let Some(home) = std::env::var_os(HOME_ENV).filter(|h| !h.is_empty()) {
-            candidates.push(PathBuf::from(home).join("datasets").join("dictionary"));
-        }
-        candidates.push(PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/datasets/dictionary"
-        )));
-        if let Some(found) = candidates.iter().find(|dir| dir.join(AFF_FILE).is_file()) {
-            return Ok(found.clone());
-        }
-        let searched = candidates
-            .iter()
-            .map(|dir| dir.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        Err(DictionaryError::NotFound { searched })
+        std::env::var_os(HOME_ENV)
+            .filter(|h| !h.is_empty())
+            .map(|home| PathBuf::from(home).join("datasets").join("dictionary"))
+            .filter(|dir| dir.join(AFF_FILE).is_file())
     }
 
     /// True when Hunspell accepts the word (as `Hunspell::spell` would).
@@ -150,6 +148,24 @@ mod tests {
     fn empty_word_is_unknown() {
         assert!(!tiny().contains(""));
         assert!(!tiny().contains("   "));
+    }
+
+    #[test]
+    fn built_in_copy_is_the_shipped_files_and_loads() {
+        // The files beside this source are the ones compiled in (rebuilt when they change).
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/dictionary");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(AFF_FILE)).unwrap(),
+            EMBEDDED_AFF
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join(DIC_FILE)).unwrap(),
+            EMBEDDED_DIC
+        );
+        assert!(EMBEDDED_COPYRIGHT.contains("SCOWL"));
+        let dictionary = Dictionary::from_texts(EMBEDDED_AFF, EMBEDDED_DIC).unwrap();
+        assert!(dictionary.contains("hours-per-week"));
+        assert!(!dictionary.contains("fnlwgt"));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use super::plan::{DatasetPrompts, Plan, assemble_plan, build_dataset_prompts, identity};
 use super::spec::Spec;
-use crate::dataset::catalog::{Catalog, blake3_hex};
+use crate::dataset::catalog::Catalog;
 use crate::probe::PromptPack;
 use crate::store::DatasetRow;
 
@@ -143,13 +143,12 @@ fn prepare_dataset(
     name: &str,
     pack: &PromptPack,
 ) -> PreparedDataset {
-    let dataset = catalog.load(name)?;
-    let bytes = std::fs::read(&dataset.table.source)?;
+    let (dataset, checksum) = catalog.load_with_checksum(name)?;
     let row = DatasetRow {
         id: dataset.id.clone(),
         name: dataset.name.clone(),
         variant: Some(dataset.variant.clone()),
-        checksum: blake3_hex(&bytes),
+        checksum,
         updated_at: None,
     };
     let prompts = build_dataset_prompts(spec, name, &dataset, pack)?;
