@@ -10,7 +10,8 @@
 //!
 //! `cargo bench --bench vs_llamacpp` (env: `TABCONTAM_TEST_ASSETS` (the SmolLM2 GGUF under
 //! `models/`, `llama-server` under `bin/`), `BENCH_MODEL` (another GGUF), `BENCH_SPEC`
-//! (another spec), `BENCH_LLAMA_SLOTS` (4), `BENCH_ROUNDS` (1: repeats of each engine, the
+//! (another spec), `BENCH_LLAMA_SLOTS` (4), `BENCH_LLAMA_THREADS` (all cores),
+//! `BENCH_ROUNDS` (1: repeats of each engine, the
 //! best wall time is kept), `BENCH_LIMIT` (the first N requests only)).
 
 use std::path::{Path, PathBuf};
@@ -18,9 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tabcontam::llm::{GenerationParams, Request};
 use tabcontam::llm::local::fetch::DEFAULT_MODEL_FILE;
 use tabcontam::llm::local::{LocalModel, LocalOptions};
+use tabcontam::llm::{GenerationParams, Request};
 use tabcontam::run::session;
 
 fn assets_dir() -> PathBuf {
@@ -160,7 +161,10 @@ fn start_llama_server(binary: &Path, model: &Path, slots: usize, log: &Path) -> 
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = env_number(
+        "BENCH_LLAMA_THREADS",
+        std::thread::available_parallelism().map_or(2, |n| n.get()),
+    );
     let log_file = std::fs::File::create(log).expect("log file");
     let child = Command::new(binary)
         .args(["-m".as_ref(), model.as_os_str()])

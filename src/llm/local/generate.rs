@@ -563,8 +563,10 @@ pub fn generate_t5(
         let started = Instant::now();
         let inputs: Vec<&[u32]> = group.iter().map(|&i| prompts[i].as_slice()).collect();
         let budgets: Vec<usize> = group.iter().map(|&i| settings.max_new_tokens[i]).collect();
-        let generated = t5_group(model, &inputs, &budgets, settings, stats, stop_check, started)
-            .context(context)?;
+        let generated = t5_group(
+            model, &inputs, &budgets, settings, stats, stop_check, started,
+        )
+        .context(context)?;
         for (&i, mut result) in group.iter().zip(generated) {
             result.prompt_tokens = prompts[i].len();
             results[i] = Some(result);

@@ -102,6 +102,7 @@ impl Linear {
                 dense_matmul(xs, &q.dequantize(xs.device())?.to_dtype(xs.dtype())?)?
             }
             // Few rows (decoding): block dot products read 4× less memory than f32.
+            QMatMul::QTensor(q) if super::qmatmul::supports(q) => super::qmatmul::matmul(xs, q)?,
             other => other.forward(&xs.contiguous()?)?,
         };
         match &self.bias {

@@ -24,7 +24,13 @@
 //! tokenizer files' bytes, recomputed at every load (nothing is cached on disk), so a
 //! changed checkpoint never reuses old answers.
 //!
-//! Devices: CPU (f32) by default; CUDA with the cargo feature `cuda`.
+//! Weights: GGUF blocks stay quantized (Q4_1, Q5_0 and Q5_1 re-blocked to Q8_0, for which
+//! candle has SIMD kernels), the embedding table included; decoding multiplies them block
+//! by block ([`qmatmul`]) and prefill expands one matrix at a time to f32 for a GEMM
+//! (`layers::Linear`). Safetensors are memory-mapped and used dense (f32 on CPU).
+//! The KV cache grows with the sequences rather than being sized for the token budget.
+//!
+//! Devices: CPU by default; CUDA with the cargo feature `cuda`.
 //! Everything here is synchronous: the async runner calls it from a blocking thread.
 
 pub mod arch;
@@ -34,6 +40,7 @@ pub mod fetch;
 pub mod files;
 pub mod generate;
 pub mod layers;
+pub mod qmatmul;
 pub mod tokenizer;
 pub mod weights;
 
