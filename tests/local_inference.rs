@@ -210,7 +210,8 @@ fn smollm2_gguf_matches_transformers() {
     );
     assert!(parity.failures.is_empty(), "{}", parity.failures.join("\n"));
 
-    // Kept quantized (Q4_1 weights × Q8_1 activations, as llama.cpp computes), outputs may
+    // Kept quantized (Q4_1 re-blocked to Q8_0 × Q8_0 activations while decoding, f32 GEMM
+    // over the expanded blocks for prefill), outputs may
     // leave the f32 reference at a near tie: they must agree up to our first step whose
     // two best logits are closer than QUANTIZED_GAP_TOLERANCE.
     let options = LocalOptions {
@@ -332,9 +333,9 @@ async fn start_llama_server(binary: &Path, model: &Path, log: &Path) -> LlamaSer
 }
 
 /// Same ids as llama.cpp for tokenization, and the same greedy output on the quantized
-/// weights up to the first near tie: our Q4_1 path multiplies the weights with Q8_1
-/// activations like llama.cpp's CPU backend, but llama.cpp keeps its KV cache in f16 and
-/// runs the tied output layer on Q8_0 weights, which moves logits by a few hundredths.
+/// weights up to the first near tie: llama.cpp multiplies Q4_1 weights with Q8_1
+/// activations and keeps its KV cache in f16; we decode with the weights re-blocked to
+/// Q8_0 and prefill in f32, which moves logits by about a tenth.
 #[tokio::test(flavor = "multi_thread")]
 async fn smollm2_gguf_matches_llama_cpp() {
     let Some(gguf) = smollm2_path() else { return };
@@ -415,8 +416,12 @@ async fn smollm2_gguf_matches_llama_cpp() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Our own logit gap below which quantized implementations may choose differently.
-const QUANTIZED_GAP_TOLERANCE: f32 = 0.1;
+/// Our own logit gap below which quantized implementations may choose differently. 0.15:
+/// our Q4_1 weights are re-blocked to Q8_0 (candle has no SIMD Q4_1 kernel) and prompts
+/// run as f32 GEMMs, so our logits sit a little further from llama.cpp's Q4_1 × Q8_1
+/// ones; the divergences seen were at gaps of 0.118 (llama.cpp) and 0.136 (transformers),
+/// each after identical tokens and into an equally plausible continuation.
+const QUANTIZED_GAP_TOLERANCE: f32 = 0.15;
 
 /// Steps before the first whose two best logits are closer than `tolerance`.
 fn until_near_tie(gaps: &[f32], tolerance: f32) -> usize {

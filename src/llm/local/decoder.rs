@@ -2,6 +2,9 @@
 //! files: each architecture file turns its `config.json` (or GGUF metadata) into a
 //! [`DecoderSpec`] and names its tensors; this file runs them over a batch with a KV cache.
 
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Tensor};
 
 use super::error::{CandleContext, LocalError};
@@ -183,10 +186,29 @@ pub struct Step<'a> {
     pub want_logits: bool,
 }
 
+/// The token embedding table: dense, or the GGUF blocks as stored (a quarter of the
+/// memory of f32 for Q8_0; rows are expanded as they are looked up).
+#[derive(Clone)]
+enum Embedding {
+    Dense(Tensor),
+    Quantized(Arc<QTensor>),
+}
+
+impl std::fmt::Debug for Embedding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Embedding::Dense(table) => write!(f, "Dense{:?}", table.shape()),
+            Embedding::Quantized(table) => {
+                write!(f, "Quantized({:?}{:?})", table.dtype(), table.shape())
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct DecoderModel {
     pub spec: DecoderSpec,
-    embed: Tensor,
+    embed: Embedding,
     layers: Vec<Layer>,
     final_norm: Norm,
     lm_head: Linear,
@@ -282,13 +304,23 @@ impl DecoderModel {
                 sliding_window: spec.sliding_window.get(i).copied().flatten(),
             });
         }
-        let embed = weights.tensor(&format!("{}.weight", names.embed))?;
+        let embed_name = format!("{}.weight", names.embed);
+        let embed = if weights.is_gguf() && !weights.dequantize {
+            Embedding::Quantized(Arc::new(weights.quantized(&embed_name)?))
+        } else {
+            Embedding::Dense(weights.tensor(&embed_name)?)
+        };
         let lm_head_name = format!("{}.weight", names.lm_head);
         let lm_head = if weights.has(&lm_head_name) {
             Linear::load(weights, names.lm_head)?
         } else {
-            // Tied embeddings: the output projection is the embedding matrix.
-            Linear::from_weight(candle_core::quantized::QMatMul::Tensor(embed.clone()))
+            // Tied embeddings: the output projection is the embedding matrix (the same
+            // quantized blocks, shared).
+            Linear::from_weight(match &embed {
+                Embedding::Dense(table) => QMatMul::Tensor(table.clone()),
+                Embedding::Quantized(table) => QMatMul::from_arc(Arc::clone(table))
+                    .context(|| format!("loading {embed_name}"))?,
+            })
         };
         let final_norm = norm(weights, names.final_norm)?;
         Ok(DecoderModel {
@@ -311,7 +343,10 @@ impl DecoderModel {
     }
 
     pub fn embedding_rows(&self) -> usize {
-        self.embed.dim(0).unwrap_or(0)
+        match &self.embed {
+            Embedding::Dense(table) => table.dim(0).unwrap_or(0),
+            Embedding::Quantized(table) => table.shape().dims().first().copied().unwrap_or(0),
+        }
     }
 
     /// The window of sliding-window layers, if any.
@@ -339,10 +374,13 @@ impl DecoderModel {
     /// sequence's last token `(batch, vocab)` when asked.
     pub fn forward(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Option<Tensor>> {
         let (batch, new) = step.tokens.dims2()?;
-        let mut xs = self
-            .embed
-            .index_select(&step.tokens.flatten_all()?, 0)?
-            .reshape((batch, new, self.spec.hidden_size))?;
+        let ids = step.tokens.flatten_all()?;
+        let rows = match &self.embed {
+            Embedding::Dense(table) => table.index_select(&ids, 0)?,
+            // Only the looked-up rows are expanded.
+            Embedding::Quantized(table) => table.embedding(&ids)?.to_dtype(self.dtype)?,
+        };
+        let mut xs = rows.reshape((batch, new, self.spec.hidden_size))?;
         if self.spec.scale_embeddings {
             // transformers rounds the factor to the activation type first.
             let factor = (self.spec.hidden_size as f32).sqrt();
@@ -352,11 +390,26 @@ impl DecoderModel {
             .spec
             .rope
             .tables(step.positions, &self.device, self.dtype)?;
+        // Grouped-query attention folds the query groups into rows: repeat the masks to
+        // match once here rather than in every layer.
+        let group = self.spec.num_heads / self.spec.num_kv_heads.max(1);
+        let grouped = |mask: Option<&Tensor>| -> CResult<Option<Tensor>> {
+            mask.map(|m| {
+                if group > 1 {
+                    m.repeat((1, 1, group, 1))
+                } else {
+                    Ok(m.clone())
+                }
+            })
+            .transpose()
+        };
+        let full = grouped(step.masks.full.as_ref())?;
+        let sliding = grouped(step.masks.sliding.as_ref())?;
         for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
             let mask = if layer.sliding_window.is_some() {
-                step.masks.sliding.as_ref()
+                sliding.as_ref()
             } else {
-                step.masks.full.as_ref()
+                full.as_ref()
             };
             xs = self.layer_forward(layer, &xs, &cos, &sin, mask, step.offset, layer_cache)?;
         }

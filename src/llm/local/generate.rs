@@ -14,14 +14,19 @@ use super::decoder::{DecoderModel, Masks, Step};
 use super::error::{CandleContext, LocalError};
 use super::layers::{CResult, LayerCache};
 
-/// Prompt positions encoded per forward pass while prefilling: bounds the size of the
-/// attention score matrix for long prompts.
-const PREFILL_CHUNK: usize = 512;
+/// Prompt tokens (over the whole micro-batch) encoded per forward pass while prefilling:
+/// bounds the attention score matrices (rows × heads × keys) of long prompts.
+const PREFILL_ROWS: usize = 512;
+
+/// Generated positions a micro-batch's KV cache is first allocated for.
+const INITIAL_GENERATION_ROOM: usize = 64;
 
 /// What the caller asked for, resolved for the loop.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub max_new_tokens: usize,
+    /// Token budget of each prompt, in order (prompts of different tests can share a
+    /// micro-batch: only their budgets differ).
+    pub max_new_tokens: Vec<usize>,
     pub temperature: f64,
     pub top_p: Option<f64>,
     /// Seed of every prompt's sampler (same request seed and sample index → same draws,
@@ -218,10 +223,11 @@ fn prefill(
     want_logits: bool,
 ) -> CResult<Option<Tensor>> {
     let width = rows.first().map_or(0, Vec::len);
+    let chunk = (PREFILL_ROWS / rows.len().max(1)).max(16);
     let mut logits = None;
     let mut done = 0;
     while done < width {
-        let len = PREFILL_CHUNK.min(width - done);
+        let len = chunk.min(width - done);
         let chunk: Vec<Vec<u32>> = rows.iter().map(|r| r[done..done + len].to_vec()).collect();
         let slots = start + done..start + done + len;
         let positions: Vec<Vec<u32>> = layouts
@@ -300,9 +306,10 @@ fn prepare_prefix(
     Ok(())
 }
 
-/// One sequence being generated: its sampler, the tokens so far and the logit gaps.
+/// One sequence being generated: its sampler, budget, the tokens so far and the logit gaps.
 struct Sequence {
     sampler: Sampler,
+    budget: usize,
     ids: Vec<u32>,
     gaps: Vec<f32>,
 }
@@ -316,9 +323,10 @@ enum Advance {
 }
 
 impl Sequence {
-    fn new(settings: &Settings) -> Self {
+    fn new(settings: &Settings, budget: usize) -> Self {
         Sequence {
             sampler: Sampler::new(settings),
+            budget,
             ids: Vec::new(),
             gaps: Vec::new(),
         }
@@ -342,7 +350,7 @@ impl Sequence {
             stats.tokens_generated += 1;
             if stop_check(&self.ids) {
                 Some(Finish::Stop)
-            } else if self.ids.len() >= settings.max_new_tokens {
+            } else if self.ids.len() >= self.budget {
                 Some(Finish::Length)
             } else {
                 None
@@ -389,7 +397,9 @@ pub fn generate_decoder(
         0
     };
     if prefix_len > 0 {
+        let encoding = Instant::now();
         prepare_prefix(model, &prompts[0][..prefix_len], kept, stats).context(context)?;
+        stats.prefill_nanos += encoding.elapsed().as_nanos() as u64;
     }
     // Similar lengths together: less padding per micro-batch.
     let mut order: Vec<usize> = (0..prompts.len()).collect();
@@ -397,10 +407,12 @@ pub fn generate_decoder(
     for group in order.chunks(settings.max_batch.max(1)) {
         let started = Instant::now();
         let suffixes: Vec<&[u32]> = group.iter().map(|&i| &prompts[i][prefix_len..]).collect();
+        let budgets: Vec<usize> = group.iter().map(|&i| settings.max_new_tokens[i]).collect();
         let generated = decode_group(
             model,
             prefix_len,
             &suffixes,
+            &budgets,
             settings,
             kept.as_ref(),
             stats,
@@ -424,6 +436,7 @@ fn decode_group(
     model: &DecoderModel,
     prefix_len: usize,
     suffixes: &[&[u32]],
+    budgets: &[usize],
     settings: &Settings,
     prefix: Option<&PrefixCache>,
     stats: &mut LocalStats,
@@ -432,7 +445,11 @@ fn decode_group(
 ) -> CResult<Vec<Generated>> {
     let batch = suffixes.len();
     let width = suffixes.iter().map(|s| s.len()).max().unwrap_or(0);
-    let capacity = prefix_len + width + settings.max_new_tokens;
+    // Room for the first generated tokens; the cache grows if the answers run longer
+    // (most stop well before their budget, and the budget × batch × layers is the bulk
+    // of the memory otherwise).
+    let most = budgets.iter().copied().max().unwrap_or(0);
+    let capacity = prefix_len + width + most.min(INITIAL_GENERATION_ROOM);
     let mut cache = match prefix {
         Some(prefix) if prefix_len > 0 => prefix
             .layers
@@ -459,11 +476,17 @@ fn decode_group(
         .collect();
     stats.prompt_tokens_processed += suffixes.iter().map(|s| s.len() as u64).sum::<u64>();
     stats.prompt_tokens_reused += (prefix_len * batch) as u64;
+    let encoding = Instant::now();
     let mut logits =
         prefill(model, &rows, &layouts, prefix_len, &mut cache, true)?.expect("prefill logits");
+    stats.prefill_nanos += encoding.elapsed().as_nanos() as u64;
+    let decoding = Instant::now();
 
     let mut outputs: Vec<Option<Generated>> = vec![None; batch];
-    let mut sequences: Vec<Sequence> = (0..batch).map(|_| Sequence::new(settings)).collect();
+    let mut sequences: Vec<Sequence> = budgets
+        .iter()
+        .map(|&budget| Sequence::new(settings, budget))
+        .collect();
     // Index into the group of each sequence still in the batch.
     let mut active: Vec<usize> = (0..batch).collect();
     let mut slot = prefix_len + width;
@@ -516,6 +539,7 @@ fn decode_group(
             .expect("decode logits");
         slot += 1;
     }
+    stats.decode_nanos += decoding.elapsed().as_nanos() as u64;
     Ok(outputs
         .into_iter()
         .map(|o| o.expect("every sequence finished"))
@@ -538,8 +562,11 @@ pub fn generate_t5(
     for group in order.chunks(settings.max_batch.max(1)) {
         let started = Instant::now();
         let inputs: Vec<&[u32]> = group.iter().map(|&i| prompts[i].as_slice()).collect();
-        let generated =
-            t5_group(model, &inputs, settings, stats, stop_check, started).context(context)?;
+        let budgets: Vec<usize> = group.iter().map(|&i| settings.max_new_tokens[i]).collect();
+        let generated = t5_group(
+            model, &inputs, &budgets, settings, stats, stop_check, started,
+        )
+        .context(context)?;
         for (&i, mut result) in group.iter().zip(generated) {
             result.prompt_tokens = prompts[i].len();
             results[i] = Some(result);
@@ -554,6 +581,7 @@ pub fn generate_t5(
 fn t5_group(
     model: &T5Model,
     inputs: &[&[u32]],
+    budgets: &[usize],
     settings: &Settings,
     stats: &mut LocalStats,
     stop_check: &dyn Fn(&[u32]) -> bool,
@@ -574,12 +602,16 @@ fn t5_group(
     let lengths: Vec<usize> = inputs.iter().map(|s| s.len()).collect();
     stats.prompt_tokens_processed += lengths.iter().sum::<usize>() as u64;
     let mut encoded = model.encode(&token_tensor(&rows, model.device())?, &lengths)?;
-    let mut cache = model.new_cache(batch, settings.max_new_tokens + 1)?;
-    let mut sequences: Vec<Sequence> = (0..batch).map(|_| Sequence::new(settings)).collect();
+    let most = budgets.iter().copied().max().unwrap_or(0);
+    let mut cache = model.new_cache(batch, most + 1)?;
+    let mut sequences: Vec<Sequence> = budgets
+        .iter()
+        .map(|&budget| Sequence::new(settings, budget))
+        .collect();
     let mut outputs: Vec<Option<Generated>> = vec![None; batch];
     let mut active: Vec<usize> = (0..batch).collect();
     let mut next: Vec<Vec<u32>> = vec![vec![model.config.decoder_start()]; batch];
-    for step in 0..=settings.max_new_tokens {
+    for step in 0..=most {
         let tokens = token_tensor(&next, model.device())?;
         let logits = model
             .decode_step(&tokens, step, &encoded, &mut cache)?
@@ -652,7 +684,7 @@ mod tests {
     #[test]
     fn seeded_sampling_repeats_and_greedy_takes_first_max() {
         let settings = Settings {
-            max_new_tokens: 1,
+            max_new_tokens: vec![1],
             temperature: 0.8,
             top_p: Some(0.9),
             seed: 7,

@@ -2,7 +2,10 @@
 //! activations, rotary embeddings with per-sequence positions, attention with an additive
 //! mask, and a preallocated KV cache that can be copied per prompt.
 
-use candle_core::quantized::QMatMul;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QStorage, QTensor};
 use candle_core::{D, DType, Device, Module, Tensor};
 
 use super::error::LocalError;
@@ -29,20 +32,11 @@ impl Linear {
         Linear { weight, bias: None }
     }
 
-    /// One linear computing all of `parts` side by side (dense weights only), with the
-    /// output width of each: one GEMM instead of several narrow ones.
+    /// One linear computing all of `parts` side by side, with the output width of each:
+    /// one matmul instead of several narrow ones (one activation quantization and one
+    /// thread fork for quantized weights). Dense weights, or quantized CPU weights of one
+    /// block type; `None` otherwise.
     pub fn concat(parts: &[Linear]) -> CResult<Option<(Linear, Vec<usize>)>> {
-        let mut weights = Vec::with_capacity(parts.len());
-        for part in parts {
-            match &part.weight {
-                QMatMul::Tensor(w) => weights.push(w.clone()),
-                _ => return Ok(None),
-            }
-        }
-        let sizes = weights
-            .iter()
-            .map(|w| w.dim(0))
-            .collect::<CResult<Vec<_>>>()?;
         let bias = if parts.iter().all(|p| p.bias.is_none()) {
             None
         } else if let Some(biases) = parts
@@ -54,30 +48,86 @@ impl Linear {
         } else {
             return Ok(None);
         };
-        let weight = QMatMul::Tensor(Tensor::cat(&weights, 0)?);
+        let mut dense = Vec::with_capacity(parts.len());
+        let mut quantized = Vec::with_capacity(parts.len());
+        for part in parts {
+            match &part.weight {
+                QMatMul::Tensor(w) => dense.push(w.clone()),
+                QMatMul::QTensor(q) => quantized.push(Arc::clone(q)),
+                QMatMul::TensorF16(_) => return Ok(None),
+            }
+        }
+        if dense.len() == parts.len() {
+            let sizes = dense
+                .iter()
+                .map(|w| w.dim(0))
+                .collect::<CResult<Vec<_>>>()?;
+            let weight = QMatMul::Tensor(Tensor::cat(&dense, 0)?);
+            return Ok(Some((Linear { weight, bias }, sizes)));
+        }
+        if quantized.len() != parts.len() {
+            return Ok(None);
+        }
+        let dtype = quantized[0].dtype();
+        let mut sizes = Vec::with_capacity(parts.len());
+        let mut columns = None;
+        for q in &quantized {
+            let (rows, cols) = q.shape().dims2()?;
+            if q.dtype() != dtype || !q.device().is_cpu() || columns.is_some_and(|c| c != cols) {
+                return Ok(None);
+            }
+            columns = Some(cols);
+            sizes.push(rows);
+        }
+        // Rows of a quantized matrix are whole blocks, stored one after the other: the
+        // stacked matrix is the bytes of its parts end to end.
+        let mut bytes = Vec::new();
+        for q in &quantized {
+            bytes.extend_from_slice(&q.data()?);
+        }
+        let storage = QStorage::from_data(Cow::Owned(bytes), &Device::Cpu, dtype)?;
+        let stacked = QTensor::new(storage, (sizes.iter().sum::<usize>(), columns.unwrap_or(0)))?;
+        let weight = QMatMul::QTensor(Arc::new(stacked));
         Ok(Some((Linear { weight, bias }, sizes)))
     }
 
     pub fn forward(&self, xs: &Tensor) -> CResult<Tensor> {
+        let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
         let ys = match &self.weight {
-            // One 2-D GEMM over every token of every sequence: candle would otherwise run
-            // one small matmul per sequence of the batch.
-            QMatMul::Tensor(w) => {
-                let dims = xs.dims().to_vec();
-                let (last, lead) = dims.split_last().expect("linear input has a feature dim");
-                let rows: usize = lead.iter().product();
-                let flat = xs.reshape((rows, *last))?.matmul(&w.t()?)?;
-                let mut out_dims = lead.to_vec();
-                out_dims.push(w.dim(0)?);
-                flat.reshape(out_dims)?
+            QMatMul::Tensor(w) => dense_matmul(xs, w)?,
+            // Many rows (prefill): expanding the blocks to f32 for this call and running
+            // one f32 GEMM beats block dot products by far; the expanded copy is dropped at
+            // once, so memory stays that of the quantized weights.
+            QMatMul::QTensor(q) if rows >= DENSE_ROWS && xs.device().is_cpu() => {
+                dense_matmul(xs, &q.dequantize(xs.device())?.to_dtype(xs.dtype())?)?
             }
-            other => other.forward(xs)?,
+            // Few rows (decoding): block dot products read 4× less memory than f32.
+            QMatMul::QTensor(q) if super::qmatmul::supports(q) => super::qmatmul::matmul(xs, q)?,
+            other => other.forward(&xs.contiguous()?)?,
         };
         match &self.bias {
             Some(bias) => ys.broadcast_add(bias),
             None => Ok(ys),
         }
     }
+}
+
+/// Rows from which a quantized linear is computed as an f32 GEMM over its expanded
+/// weights (prefill) rather than by block dot products (decoding). On 2 AVX2 cores, with
+/// SmolLM2-135M's 576×1536 Q8_0 matrices: expanding costs as much as ~10 rows of dot
+/// products, and the GEMM runs ~4× faster per row.
+const DENSE_ROWS: usize = 16;
+
+/// `xs Wᵀ` as one 2-D GEMM over every token of every sequence: candle would otherwise run
+/// one small matmul per sequence of the batch.
+fn dense_matmul(xs: &Tensor, w: &Tensor) -> CResult<Tensor> {
+    let dims = xs.dims().to_vec();
+    let (last, lead) = dims.split_last().expect("linear input has a feature dim");
+    let rows: usize = lead.iter().product();
+    let flat = xs.reshape((rows, *last))?.matmul(&w.t()?)?;
+    let mut out_dims = lead.to_vec();
+    out_dims.push(w.dim(0)?);
+    flat.reshape(out_dims)
 }
 
 #[derive(Debug, Clone)]
@@ -268,7 +318,8 @@ pub fn attention(
         scores = scores.broadcast_add(bias)?;
     }
     if let Some(mask) = mask {
-        let mask = if group > 1 {
+        // The decoder repeats its masks for the query groups once per step.
+        let mask = if group > 1 && mask.dim(2)? != group * tq {
             mask.repeat((1, 1, group, 1))?
         } else {
             mask.clone()
@@ -317,15 +368,33 @@ impl LayerCache {
         self.k.dim(2).unwrap_or(0)
     }
 
-    /// Writes `k`, `v` at `offset` and returns the views over `[0, offset + new)`.
+    /// Writes `k`, `v` at `offset` and returns the views over `[0, offset + new)`. The
+    /// cache grows (by a quarter) when the sequences outrun it: generations are sized
+    /// for what they produce, not for their token budget.
     pub fn append(&mut self, offset: usize, k: &Tensor, v: &Tensor) -> CResult<(Tensor, Tensor)> {
         let new = k.dim(2)?;
+        let needed = offset + new;
+        let capacity = self.capacity();
+        if needed > capacity {
+            self.grow(needed + needed / 4 + 16 - capacity)?;
+        }
         self.k.slice_set(&k.contiguous()?, 2, offset)?;
         self.v.slice_set(&v.contiguous()?, 2, offset)?;
         Ok((
             self.k.narrow(2, 0, offset + new)?,
             self.v.narrow(2, 0, offset + new)?,
         ))
+    }
+
+    fn grow(&mut self, extra: usize) -> CResult<()> {
+        let widen = |t: &Tensor| -> CResult<Tensor> {
+            let (b, heads, _, head_dim) = t.dims4()?;
+            let room = Tensor::zeros((b, heads, extra, head_dim), t.dtype(), t.device())?;
+            Tensor::cat(&[t, &room], 2)
+        };
+        self.k = widen(&self.k)?;
+        self.v = widen(&self.v)?;
+        Ok(())
     }
 
     /// The first `len` positions copied into a new cache of `batch` sequences and

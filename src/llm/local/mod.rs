@@ -24,7 +24,13 @@
 //! tokenizer files' bytes, recomputed at every load (nothing is cached on disk), so a
 //! changed checkpoint never reuses old answers.
 //!
-//! Devices: CPU (f32) by default; CUDA with the cargo feature `cuda`.
+//! Weights: GGUF blocks stay quantized (Q4_1, Q5_0 and Q5_1 re-blocked to Q8_0, for which
+//! candle has SIMD kernels), the embedding table included; decoding multiplies them block
+//! by block ([`qmatmul`]) and prefill expands one matrix at a time to f32 for a GEMM
+//! (`layers::Linear`). Safetensors are memory-mapped and used dense (f32 on CPU).
+//! The KV cache grows with the sequences rather than being sized for the token budget.
+//!
+//! Devices: CPU by default; CUDA with the cargo feature `cuda`.
 //! Everything here is synchronous: the async runner calls it from a blocking thread.
 
 pub mod arch;
@@ -34,6 +40,7 @@ pub mod fetch;
 pub mod files;
 pub mod generate;
 pub mod layers;
+pub mod qmatmul;
 pub mod tokenizer;
 pub mod weights;
 
@@ -71,10 +78,10 @@ pub struct LocalOptions {
     pub max_batch: usize,
     /// Encode the prompts' common prefix once and reuse its KV cache.
     pub prefix_reuse: bool,
-    /// Expand quantized GGUF weights to f32: `None` decides by size (≤ `dequantize_limit_bytes`
-    /// on CPU, where f32 GEMM over a batch beats candle's quantized kernels).
+    /// Expand quantized GGUF weights to f32 (`Some(true)`: the exact weights transformers
+    /// dequantizes, for parity checks; 4–8× the memory). By default they stay quantized
+    /// and are multiplied block by block (see [`weights::cpu_kernel_type`]).
     pub dequantize: Option<bool>,
-    pub dequantize_limit_bytes: u64,
     /// Wrap each prompt in a simple chat template for instruct models (ChatML, Llama 3,
     /// Gemma, Phi-3 or Mistral, chosen by the tokenizer's special tokens). Off by default:
     /// the paper sends raw prompts.
@@ -88,7 +95,6 @@ impl Default for LocalOptions {
             max_batch: 8,
             prefix_reuse: true,
             dequantize: None,
-            dequantize_limit_bytes: 2 << 30,
             chat_template: false,
         }
     }
@@ -103,6 +109,10 @@ pub struct LocalStats {
     pub prompt_tokens_reused: u64,
     pub tokens_generated: u64,
     pub prompts: u64,
+    /// Time spent encoding prompts (shared prefixes and each micro-batch's suffixes).
+    pub prefill_nanos: u64,
+    /// Time spent generating (sampling included), after each micro-batch's prefill.
+    pub decode_nanos: u64,
 }
 
 enum Network {
@@ -166,9 +176,7 @@ impl LocalModel {
             }
             WeightFormat::Gguf(gguf) => {
                 let (mut weights, meta) = Weights::open_gguf(gguf, &device, dtype)?;
-                weights.dequantize = options.dequantize.unwrap_or(
-                    device.is_cpu() && weights.dense_size_bytes() <= options.dequantize_limit_bytes,
-                );
+                weights.dequantize = options.dequantize.unwrap_or(false);
                 let embedding_rows = weights.shape("token_embd.weight").map_or(0, |s| s[0]);
                 let spec = arch::from_gguf(gguf, &meta, embedding_rows)?;
                 let mut spec = spec;
@@ -284,7 +292,25 @@ impl LocalModel {
         params: &GenerationParams,
         sample: u32,
     ) -> Result<Vec<Response>, LocalError> {
-        let results = self.generate_ids(prompts, params, sample)?;
+        let budgets = vec![params.max_tokens; prompts.len()];
+        self.generate_batch_budgets(prompts, &budgets, params, sample)
+    }
+
+    /// Like [`generate_batch`](Self::generate_batch), each prompt with its own token
+    /// budget (`params.max_tokens` is not used): prompts of tests that differ only in
+    /// their max tokens decode in one micro-batch.
+    pub fn generate_batch_budgets(
+        &mut self,
+        prompts: &[&str],
+        budgets: &[u32],
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Result<Vec<Response>, LocalError> {
+        let tokenized = prompts
+            .iter()
+            .map(|p| self.tokenize(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let results = self.generate_from_ids_budgets(&tokenized, budgets, params, sample)?;
         results
             .into_iter()
             .map(|generated| {
@@ -338,9 +364,30 @@ impl LocalModel {
         params: &GenerationParams,
         sample: u32,
     ) -> Result<Vec<Generated>, LocalError> {
+        let budgets = vec![params.max_tokens; prompts.len()];
+        self.generate_from_ids_budgets(prompts, &budgets, params, sample)
+    }
+
+    /// [`generate_from_ids`](Self::generate_from_ids) with a token budget per prompt.
+    pub fn generate_from_ids_budgets(
+        &mut self,
+        prompts: &[Vec<u32>],
+        budgets: &[u32],
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Result<Vec<Generated>, LocalError> {
+        if budgets.len() != prompts.len() {
+            return Err(LocalError::Encode(format!(
+                "{} token budgets for {} prompts",
+                budgets.len(),
+                prompts.len()
+            )));
+        }
         let started = Instant::now();
+        // Prompts with no budget are answered at once; the others run.
+        let running: Vec<usize> = (0..prompts.len()).filter(|&i| budgets[i] > 0).collect();
         let settings = Settings {
-            max_new_tokens: params.max_tokens as usize,
+            max_new_tokens: running.iter().map(|&i| budgets[i] as usize).collect(),
             temperature: params.temperature,
             top_p: params.top_p,
             seed: sampling_seed(params.seed.unwrap_or(0), sample),
@@ -349,18 +396,21 @@ impl LocalModel {
             prefix_reuse: self.options.prefix_reuse,
         };
         self.stats.prompts += prompts.len() as u64;
-        if settings.max_new_tokens == 0 {
-            return Ok(prompts
-                .iter()
-                .map(|t| Generated {
-                    prompt_tokens: t.len(),
-                    ids: Vec::new(),
-                    finish: Finish::Length,
-                    elapsed_ms: started.elapsed().as_millis() as u64,
-                    logit_gaps: Vec::new(),
-                })
-                .collect());
+        let mut results: Vec<Generated> = prompts
+            .iter()
+            .map(|t| Generated {
+                prompt_tokens: t.len(),
+                ids: Vec::new(),
+                finish: Finish::Length,
+                elapsed_ms: started.elapsed().as_millis() as u64,
+                logit_gaps: Vec::new(),
+            })
+            .collect();
+        if running.is_empty() {
+            return Ok(results);
         }
+        let prompts: Vec<Vec<u32>> = running.iter().map(|&i| prompts[i].clone()).collect();
+        let prompts = prompts.as_slice();
         let vocab = match &self.network {
             Network::Decoder(model) => model.embedding_rows(),
             Network::T5(model) => model.embedding_rows(),
@@ -378,7 +428,7 @@ impl LocalModel {
                     .decode(ids)
                     .is_ok_and(|text| stops.iter().any(|s| text.contains(s.as_str())))
         };
-        match &self.network {
+        let generated = match &self.network {
             Network::Decoder(model) => generate::generate_decoder(
                 model,
                 prompts,
@@ -386,11 +436,15 @@ impl LocalModel {
                 &mut self.kept_prefix,
                 &mut self.stats,
                 &stop_check,
-            ),
+            )?,
             Network::T5(model) => {
-                generate::generate_t5(model, prompts, &settings, &mut self.stats, &stop_check)
+                generate::generate_t5(model, prompts, &settings, &mut self.stats, &stop_check)?
             }
+        };
+        for (&i, output) in running.iter().zip(generated) {
+            results[i] = output;
         }
+        Ok(results)
     }
 
     /// Decodes generated ids (special tokens left out).

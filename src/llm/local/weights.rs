@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::{QMatMul, gguf_file};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 
@@ -150,23 +150,6 @@ impl Weights {
         }
     }
 
-    /// Total bytes of all tensors once expanded to `dtype` (decides whether to dequantize).
-    pub fn dense_size_bytes(&self) -> u64 {
-        let elems: u64 = match &self.source {
-            Source::Safetensors { shards, .. } => shards
-                .iter()
-                .flat_map(|(_, st)| st.tensors())
-                .map(|(_, view)| view.shape().iter().product::<usize>() as u64)
-                .sum(),
-            Source::Gguf { content, .. } => content
-                .tensor_infos
-                .values()
-                .map(|info| info.shape.elem_count() as u64)
-                .sum(),
-        };
-        elems * self.dtype.size_in_bytes() as u64
-    }
-
     fn missing(&self, name: &str) -> LocalError {
         LocalError::MissingTensor {
             path: self.path().to_path_buf(),
@@ -224,6 +207,21 @@ impl Weights {
         if self.dequantize || !self.is_gguf() {
             return Ok(QMatMul::Tensor(self.tensor(name)?));
         }
+        let qtensor = self.quantized(name)?;
+        let matmul = QMatMul::from_qtensor(qtensor).context(|| format!("loading {name}"))?;
+        Ok(match matmul {
+            // f16/bf16/f32 GGUF tensors come back dense in their own type.
+            QMatMul::Tensor(t) => QMatMul::Tensor(
+                t.to_dtype(self.dtype)
+                    .context(|| format!("converting {name}"))?,
+            ),
+            other => other,
+        })
+    }
+
+    /// A GGUF tensor as stored (quantized blocks), converted to Q8_0 on CPU when candle
+    /// has no SIMD kernel for its block type (see [`cpu_kernel_type`]).
+    pub fn quantized(&mut self, name: &str) -> Result<QTensor, LocalError> {
         if !self.has(name) {
             return Err(self.missing(name));
         }
@@ -234,7 +232,10 @@ impl Weights {
             reader,
         } = &mut self.source
         else {
-            unreachable!("checked is_gguf above")
+            return Err(LocalError::TruncatedWeights {
+                path: self.path().to_path_buf(),
+                detail: format!("tensor {name} is not quantized (safetensors)"),
+            });
         };
         let qtensor =
             content
@@ -243,15 +244,30 @@ impl Weights {
                     path: path.clone(),
                     detail: format!("tensor {name}: {e}"),
                 })?;
-        let matmul = QMatMul::from_qtensor(qtensor).context(|| format!("loading {name}"))?;
-        Ok(match matmul {
-            // f16/bf16/f32 GGUF tensors come back dense in their own type.
-            QMatMul::Tensor(t) => QMatMul::Tensor(
-                t.to_dtype(self.dtype)
-                    .context(|| format!("converting {name}"))?,
-            ),
-            other => other,
-        })
+        let wanted = if device.is_cpu() {
+            cpu_kernel_type(qtensor.dtype())
+        } else {
+            qtensor.dtype()
+        };
+        if wanted == qtensor.dtype() {
+            return Ok(qtensor);
+        }
+        let dense = qtensor
+            .dequantize(&device)
+            .context(|| format!("dequantizing {name}"))?;
+        QTensor::quantize(&dense, wanted).context(|| format!("converting {name} to {wanted:?}"))
+    }
+}
+
+/// The block type a quantized weight is multiplied in on CPU. candle 0.11 has AVX2 (and
+/// NEON) dot products for Q4_0, Q8_0 and the k-quants but only scalar loops for Q4_1, Q5_0
+/// and Q5_1: those are re-blocked to Q8_0 at load (8.5 bits per weight, an error far below
+/// their own 4–5-bit step) and multiplied with the fast kernel. Measured on SmolLM2-135M
+/// Q4_1 (2 cores, AVX2): scalar Q4_1 is several times slower than Q8_0.
+pub fn cpu_kernel_type(stored: GgmlDType) -> GgmlDType {
+    match stored {
+        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => GgmlDType::Q8_0,
+        other => other,
     }
 }
 
