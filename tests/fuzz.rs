@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use tabcontam::dataset::catalog::Catalog;
 use tabcontam::dataset::csv::{self, CsvOptions, WHITESPACE};
 use tabcontam::dataset::{Dataset, Serialization};
-use tabcontam::probe::{self, ProbeContext, PromptPack, TestId};
+use tabcontam::probe::{self, ProbeContext, PromptPack, TestId, Variant};
 use tabcontam::run::plan::{build_plan, identity};
 use tabcontam::run::spec::Spec;
 
@@ -600,12 +600,16 @@ fn build_probes(dataset: &Dataset, pack: &PromptPack) {
         Serialization::builtin("the-is").unwrap(),
         Serialization::builtin("colon").unwrap(),
     ] {
-        for test in TestId::ALL {
+        for (test, variant) in TestId::ALL
+            .into_iter()
+            .flat_map(|test| Variant::ALL.map(|variant| (test, variant)))
+        {
             let ctx = ProbeContext {
                 dataset,
                 serialization: &serialization,
                 seed: 0,
                 pack,
+                variant,
             };
             let _ = probe::build(test, &ctx);
         }

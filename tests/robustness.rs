@@ -12,7 +12,9 @@ use std::process::{Command, Output};
 use mock_server::{MockConfig, MockServer};
 use tabcontam::analyze::{Analytics, Options};
 use tabcontam::dataset::Serialization;
-use tabcontam::probe::{self, CellResult, Expected, ProbeContext, PromptPack, TestId};
+use tabcontam::probe::{
+    self, CellResult, Expected, ProbeContext, PromptPack, TestId, Variant,
+};
 use tabcontam::store::{CellRow, OWN_SOURCE};
 
 struct Env {
@@ -515,6 +517,7 @@ fn imported_dataset_with_missing_labels_classifies_only_labelled_rows() {
         serialization: &colon,
         seed: 0,
         pack: &pack,
+        variant: Variant::default(),
     };
     for test in [TestId::Classify0Shot, TestId::Classify1Shot] {
         let built = probe::build(test, &ctx).unwrap_or_else(|e| panic!("{test}: {e}"));
