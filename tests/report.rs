@@ -154,6 +154,7 @@ fn build_cache(path: &Path) {
                             test,
                             serialization: serialization.clone(),
                             seed: 0,
+                            sample: 0,
                             trial,
                             request_key: request.key(),
                             note: None,
@@ -176,6 +177,7 @@ fn build_cache(path: &Path) {
                         serialization,
                         seed: 0,
                         result,
+                        samples: vec![result],
                         skipped: None,
                         run_id: None,
                     });

@@ -757,6 +757,7 @@ fn trial(test: TestId, serialization: Option<&str>, index: u32, passed: bool) ->
         test,
         serialization: serialization.map(str::to_string),
         seed: u64::MAX - 1,
+        sample: 0,
         trial: index,
         request_key: request("gpt-4o", index as usize).key(),
         note: Some("workclass".into()),
@@ -784,12 +785,24 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
     words.expected = Expected::Words {
         words: vec![Word::Text("age".into()), Word::Missing, Word::Bool(true)],
     };
+    let mut second_sample = trial(TestId::IncompleteCompletion, Some("the-is"), 0, true);
+    second_sample.sample = 1;
     let trials = vec![
         trial(TestId::IncompleteCompletion, Some("the-is"), 0, false),
         trial(TestId::IncompleteCompletion, Some("the-is"), 1, true),
+        second_sample.clone(),
         words,
     ];
     store.put_trials(first, &trials).unwrap();
+    let stored = store.trials().unwrap();
+    assert_eq!(stored.len(), 4, "samples are distinct rows");
+    assert!(stored.contains(&TrialRow {
+        run_id: Some(first),
+        ..second_sample
+    }));
+
+    // The incomplete-completion cell decided again: its trials are exactly the new ones
+    // (the old trial 1 and sample 1 are gone); the other cell keeps its trial.
     let second = store.begin_run("demo", "").unwrap();
     let mut changed = trials[0].clone();
     changed.verdict.passed = true;
@@ -798,35 +811,17 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
         .unwrap();
 
     let stored = store.trials().unwrap();
-    assert_eq!(stored.len(), 3, "replaced, not duplicated");
-    let find = |t: &TrialRow| {
-        stored
-            .iter()
-            .find(|s| s.test == t.test && s.trial == t.trial)
-            .unwrap()
-            .clone()
-    };
-    assert_eq!(
-        find(&changed),
-        TrialRow {
-            run_id: Some(second),
-            ..changed.clone()
-        }
-    );
-    assert_eq!(
-        find(&trials[1]),
-        TrialRow {
+    assert_eq!(stored.len(), 2, "replaced per cell, not per trial");
+    assert!(stored.contains(&TrialRow {
+        run_id: Some(second),
+        ..changed.clone()
+    }));
+    assert!(
+        stored.contains(&TrialRow {
             run_id: Some(first),
-            ..trials[1].clone()
-        }
-    );
-    assert_eq!(
-        find(&trials[2]),
-        TrialRow {
-            run_id: Some(first),
-            ..trials[2].clone()
-        },
-        "None serialization"
+            ..trials[3].clone()
+        }),
+        "None serialization, other cell untouched"
     );
 
     let cell = CellRow {
@@ -843,6 +838,13 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
             passed_trials: 71,
             invalid_trials: 4,
         },
+        samples: vec![CellResult {
+            passed: false,
+            score: 0.71,
+            trials: 100,
+            passed_trials: 71,
+            invalid_trials: 4,
+        }],
         skipped: None,
         run_id: None,
     };
@@ -867,6 +869,7 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
         .unwrap();
     let paper = CellRow {
         source: "paper".into(),
+        samples: Vec::new(),
         result: CellResult {
             score: 0.66,
             ..cell.result

@@ -34,6 +34,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         "seed",
         "passed",
         "skipped",
+        "samples",
+        "samples_passed",
     ]);
     for c in &analysis.grid {
         grid.row([
@@ -48,6 +50,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
             c.seed.to_string(),
             u8::from(c.passed).to_string(),
             c.skipped.clone().unwrap_or_default(),
+            c.samples.to_string(),
+            c.samples_passed.to_string(),
         ]);
     }
 
@@ -78,6 +82,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         "one_shot_ci_low",
         "one_shot_ci_high",
         "one_shot_invalid_rate",
+        "samples",
+        "sample_contamination",
     ]);
     for s in &analysis.series {
         let mut row = vec![
@@ -98,6 +104,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         row.extend(mean_columns(s.membership.as_ref(), true));
         row.extend(mean_columns(s.zero_shot.as_ref(), false));
         row.extend(mean_columns(s.one_shot.as_ref(), false));
+        row.push(s.samples.to_string());
+        row.push(number(s.sample_contamination));
         scores.row(row);
     }
 
@@ -115,6 +123,7 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         "ci_low",
         "ci_high",
         "p_value",
+        "samples",
     ]);
     for c in &analysis.accuracy {
         let (low, high) = bounds(c.interval);
@@ -132,6 +141,7 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
             low,
             high,
             number(c.p_value),
+            c.samples.to_string(),
         ]);
     }
     vec![

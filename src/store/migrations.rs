@@ -13,11 +13,18 @@ pub(crate) struct Migration {
     pub sql: &'static str,
 }
 
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_init",
-    sql: include_str!("../../schema/sqlite/0001_init.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_init",
+        sql: include_str!("../../schema/sqlite/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_samples",
+        sql: include_str!("../../schema/sqlite/0002_samples.sql"),
+    },
+];
 
 /// The schema version this binary writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
@@ -93,7 +100,10 @@ mod tests {
     /// fails, revert the edit and add a new migration file instead.
     #[test]
     fn released_migrations_are_unchanged() {
-        let pinned = ["094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d"];
+        let pinned = [
+            "094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d",
+            "PIN_0002",
+        ];
         assert_eq!(
             pinned.len(),
             MIGRATIONS.len(),
