@@ -133,7 +133,7 @@ mod api_seed {
         impl de::Visitor<'_> for Visitor {
             type Value = Option<u64>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a non-negative integer, or false (or \"none\") to send no seed")
+                f.write_str("`api_seed`: a non-negative integer, or false (or \"none\") to send no seed")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
                 u64::try_from(v).map(Some).map_err(|_| {
@@ -463,4 +463,46 @@ pub fn parse_tests(names: &[String]) -> Result<Vec<TestId>, String> {
     tests.sort();
     tests.dedup();
     Ok(tests)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_with(model_keys: &str) -> Result<Spec, SpecError> {
+        let text = format!(
+            "name = \"t\"\ndatasets = [\"iris\"]\ntests = [\"all\"]\n\
+             [[models]]\nid = \"m\"\nbackend = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:1/v1\"\n{model_keys}\n"
+        );
+        Spec::parse(&text, Path::new("exp.toml"))
+    }
+
+    #[test]
+    fn api_seed_defaults_to_zero_and_can_be_switched_off() {
+        assert_eq!(spec_with("").unwrap().models[0].api_seed, Some(0));
+        assert_eq!(
+            spec_with("api_seed = 42").unwrap().models[0].api_seed,
+            Some(42)
+        );
+        assert_eq!(spec_with("api_seed = false").unwrap().models[0].api_seed, None);
+        assert_eq!(
+            spec_with("api_seed = \"none\"").unwrap().models[0].api_seed,
+            None
+        );
+        for bad in ["api_seed = -1", "api_seed = true", "api_seed = \"random\"", "api_seed = 1.5"] {
+            let error = spec_with(bad).unwrap_err().to_string();
+            assert!(
+                error.starts_with("exp.toml: line ") && error.contains("api_seed"),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_sample_gets_its_own_seed_and_sample_zero_keeps_the_spec_seed() {
+        assert_eq!(sample_seed(Some(7), 0), Some(7));
+        assert_eq!(sample_seed(Some(7), 3), Some(10));
+        assert_eq!(sample_seed(Some(u64::MAX), 1), Some(0));
+        assert_eq!(sample_seed(None, 3), None);
+    }
 }

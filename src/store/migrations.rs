@@ -102,7 +102,7 @@ mod tests {
     fn released_migrations_are_unchanged() {
         let pinned = [
             "094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d",
-            "PIN_0002",
+            "42099224d708963770185a070fb21c5a08c5ee454b66ceb58c7306bea43d2cb1",
         ];
         assert_eq!(
             pinned.len(),
