@@ -133,7 +133,9 @@ mod api_seed {
         impl de::Visitor<'_> for Visitor {
             type Value = Option<u64>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("`api_seed`: a non-negative integer, or false (or \"none\") to send no seed")
+                f.write_str(
+                    "`api_seed`: a non-negative integer, or false (or \"none\") to send no seed",
+                )
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
                 u64::try_from(v).map(Some).map_err(|_| {
@@ -484,12 +486,20 @@ mod tests {
             spec_with("api_seed = 42").unwrap().models[0].api_seed,
             Some(42)
         );
-        assert_eq!(spec_with("api_seed = false").unwrap().models[0].api_seed, None);
+        assert_eq!(
+            spec_with("api_seed = false").unwrap().models[0].api_seed,
+            None
+        );
         assert_eq!(
             spec_with("api_seed = \"none\"").unwrap().models[0].api_seed,
             None
         );
-        for bad in ["api_seed = -1", "api_seed = true", "api_seed = \"random\"", "api_seed = 1.5"] {
+        for bad in [
+            "api_seed = -1",
+            "api_seed = true",
+            "api_seed = \"random\"",
+            "api_seed = 1.5",
+        ] {
             let error = spec_with(bad).unwrap_err().to_string();
             assert!(
                 error.starts_with("exp.toml: line ") && error.contains("api_seed"),
