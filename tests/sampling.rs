@@ -104,7 +104,7 @@ fn knows_iris_when_seed_is_odd(prompt: &str, seed: u64) -> Option<String> {
 }
 
 /// The grid entry of (iris, test) in scores.json.
-fn grid_cell<'a>(scores: &'a serde_json::Value, test: TestId) -> &'a serde_json::Value {
+fn grid_cell(scores: &serde_json::Value, test: TestId) -> &serde_json::Value {
     scores["grid"]
         .as_array()
         .unwrap()
