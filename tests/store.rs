@@ -1014,3 +1014,78 @@ fn bulk_lookups_of_200k_keys_are_fast() {
         "cached_keys took {lookup:?}"
     );
 }
+
+/// A cell decided again keeps exactly its new trials and samples: fewer trials, fewer
+/// samples, or none at all (a cell that is now skipped).
+#[test]
+fn a_cell_decided_again_keeps_no_stale_trials_or_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(cache_path(&dir)).unwrap();
+    let result = |trials: usize, passed_trials: usize| CellResult {
+        passed: passed_trials > 0,
+        score: f64::from(u8::from(passed_trials > 0)),
+        trials,
+        passed_trials,
+        invalid_trials: 0,
+    };
+    let cell = |samples: Vec<CellResult>, skipped: Option<&str>| CellRow {
+        source: OWN_SOURCE.into(),
+        model: "gpt-4o".into(),
+        dataset: "adult".into(),
+        test: TestId::FeatureCompletion,
+        serialization: Some("the-is".into()),
+        seed: u64::MAX - 1,
+        result: result(
+            samples.iter().map(|s| s.trials).sum(),
+            samples.iter().map(|s| s.passed_trials).sum(),
+        ),
+        samples,
+        skipped: skipped.map(str::to_string),
+        run_id: None,
+    };
+    // Three samples of five trials.
+    let first = store.begin_run("demo", "").unwrap();
+    let mut trials = Vec::new();
+    for sample in 0..3 {
+        for index in 0..5 {
+            let mut t = trial(TestId::FeatureCompletion, Some("the-is"), index, index == 0);
+            t.sample = sample;
+            trials.push(t);
+        }
+    }
+    store.put_trials(first, &trials).unwrap();
+    store
+        .put_cells(first, &[cell(vec![result(5, 1); 3], None)])
+        .unwrap();
+    assert_eq!(store.trials().unwrap().len(), 15);
+    assert_eq!(store.cells().unwrap()[0].samples.len(), 3);
+
+    // One sample of three trials.
+    let second = store.begin_run("demo", "").unwrap();
+    store.put_trials(second, &trials[..3]).unwrap();
+    store
+        .put_cells(second, &[cell(vec![result(3, 1)], None)])
+        .unwrap();
+    let stored = store.trials().unwrap();
+    assert_eq!(stored.len(), 3);
+    assert!(
+        stored
+            .iter()
+            .all(|t| t.sample == 0 && t.trial < 3 && t.run_id == Some(second))
+    );
+    let cells = store.cells().unwrap();
+    assert_eq!(cells[0].samples, vec![result(3, 1)]);
+    assert_eq!(cells[0].result.trials, 3);
+
+    // Now skipped: no trials at all.
+    let third = store.begin_run("demo", "").unwrap();
+    store.put_trials(third, &[]).unwrap();
+    store
+        .put_cells(
+            third,
+            &[cell(vec![result(0, 0)], Some("no completion feature"))],
+        )
+        .unwrap();
+    assert!(store.trials().unwrap().is_empty());
+    assert_eq!(store.cells().unwrap()[0].samples, vec![result(0, 0)]);
+}
