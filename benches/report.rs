@@ -90,6 +90,7 @@ fn synthetic(target_trials: u64) -> (Vec<String>, Vec<CellRow>) {
                             passed_trials,
                             invalid_trials: 0,
                         },
+                        samples: Vec::new(),
                         skipped: None,
                         run_id: None,
                     });

@@ -55,8 +55,10 @@ fn hunspell_profile_agreement() {
     let Some(dir) = parity_dir() else { return };
     let (words, rows, _) = parity_json(&dir, "hunspell");
     // Plain Hunspell accepts `blue-collar`, `admin.` and `self-employed`, which the logged
-    // verdicts treated as unknown (23 bank-marketing records): 1,921 is this profile's ceiling.
-    assert!(words >= 1921, "algorithm1 {words}/1956");
+    // verdicts treated as unknown (23 bank-marketing records), and this profile matches
+    // exactly as SPEC §3 says: the authors' case-sensitive rule for names with an inner
+    // capital (`MathE`, 7 records) belongs to the `paper` profile. 1,914 is its ceiling.
+    assert!(words >= 1914, "algorithm1 {words}/1956");
     assert!(rows >= 3168, "algorithm2 {rows}/3177");
 }
 

@@ -24,6 +24,23 @@ const MODEL_NAME: &str = "SmolLM2-135M-Instruct";
 
 use skip::assets_dir;
 
+/// The llama-server binary and the GGUF model, or `None` after a skip (a failure in CI,
+/// see tests/support/skip.rs).
+fn server_assets() -> Option<(PathBuf, PathBuf)> {
+    let assets = assets_dir();
+    let binary = assets.join("bin/llama-server");
+    let model = assets.join("models").join(MODEL_FILE);
+    if binary.is_file() && model.is_file() {
+        return Some((binary, model));
+    }
+    skip::skip(format!(
+        "{} or {} is missing; run scripts/ci-install-test-server.sh to install them",
+        binary.display(),
+        model.display()
+    ));
+    None
+}
+
 /// Kills the server when the test ends, passes or panics.
 struct ServerGuard {
     child: Child,
@@ -148,17 +165,10 @@ fn assert_complete(response: &Response, max_tokens: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_answers_greedy_completions_and_chat() {
-    let assets = assets_dir();
-    let binary = assets.join("bin/llama-server");
-    let model = assets.join("models").join(MODEL_FILE);
-    if !binary.is_file() || !model.is_file() {
-        skip::skip(format!(
-            "{} or {} is missing; run scripts/ci-install-test-server.sh to install them",
-            binary.display(),
-            model.display()
-        ));
+    let Some((binary, model)) = server_assets()
+    else {
         return;
-    }
+    };
     let log_dir = tempfile::tempdir().expect("temporary directory");
     let port = free_loopback_port();
     let mut server = start_server(&binary, &model, port, log_dir.path());
@@ -207,4 +217,128 @@ async fn llama_server_answers_greedy_completions_and_chat() {
         "llama-server completion {:?}, chat {:?}",
         first.text, answer.text
     );
+}
+
+/// SPEC §5 against a real seeded server: `samples = 5`, `temperature = 0.8` sends seeds
+/// 0–4, llama.cpp answers each differently, every sample is cached on its own and judged
+/// on its own, and the report shows each cell's detection rate ("k/5").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_server_sampled_run_gives_distinct_samples_and_per_cell_rates() {
+    let Some((binary, model)) =
+        server_assets()
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let port = free_loopback_port();
+    let mut server = start_server(&binary, &model, port, dir.path());
+    wait_until_ready(&mut server, port).await;
+
+    let spec = dir.path().join("sampled.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"sampled-llama\"\nseed = 0\ndatasets = [\"iris\"]\n\
+             tests = [\"feature-list-uninformed\", \"recognition-features\", \"recognition-examples\"]\n\
+             [[models]]\nid = \"smollm2-sampled\"\nbackend = \"openai-compatible\"\napi = \"completions\"\n\
+             model = \"{MODEL_NAME}\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nconcurrency = 2\n\
+             timeout_s = 300\ntemperature = 0.8\nsamples = 5\n"
+        ),
+    )
+    .unwrap();
+    let cache = dir.path().join("cache.sqlite");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tabcontam"))
+            .args(args)
+            .env("TABCONTAM_HOME", dir.path().join("home"))
+            .env_remove("TABCONTAM_DATA_DIR")
+            .env_remove("TABCONTAM_CACHE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            server.log_tail()
+        );
+        out
+    };
+    let out = cli(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+        "--json",
+    ]);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["status"], "finished");
+    assert_eq!(summary["counts"]["sent"], 15, "3 prompts × 5 samples");
+
+    let store = tabcontam::store::Store::open_read_only(&cache).unwrap();
+    let trials = store.trials().unwrap();
+    assert_eq!(trials.len(), 15);
+    let keys: Vec<_> = trials.iter().map(|t| t.request_key).collect();
+    let responses = store.responses(&keys).unwrap();
+    let mut distinct_per_test = Vec::new();
+    for test in [
+        "feature-list-uninformed",
+        "recognition-features",
+        "recognition-examples",
+    ] {
+        let answers: Vec<&str> = trials
+            .iter()
+            .filter(|t| t.test.id() == test)
+            .map(|t| responses[&t.request_key].text.as_str())
+            .collect();
+        assert_eq!(answers.len(), 5);
+        let distinct: std::collections::BTreeSet<&str> = answers.iter().copied().collect();
+        eprintln!("{test}: {} distinct answers of 5", distinct.len());
+        for (sample, answer) in answers.iter().enumerate() {
+            let first_line = answer.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            eprintln!(
+                "  sample {sample}: {:?}",
+                first_line.chars().take(100).collect::<String>()
+            );
+        }
+        distinct_per_test.push(distinct.len());
+    }
+    assert_eq!(
+        distinct_per_test[0], 5,
+        "256 sampled tokens with five seeds give five different lists"
+    );
+    for cell in store.cells().unwrap() {
+        assert_eq!(cell.samples.len(), 5, "{cell:?}");
+        let passing = cell.samples.iter().filter(|s| s.passed).count();
+        assert_eq!(cell.result.passed, passing > 0);
+        eprintln!(
+            "cell {} {}: {passing}/5 samples detect",
+            cell.dataset, cell.test
+        );
+    }
+    drop(store);
+
+    let report = dir.path().join("report");
+    cli(&[
+        "report",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--out",
+        report.to_str().unwrap(),
+        "--format",
+        "json,html",
+    ]);
+    let scores: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("scores.json")).unwrap())
+            .unwrap();
+    assert_eq!(scores["sample_rule"]["max_samples"], 5);
+    for cell in scores["grid"].as_array().unwrap() {
+        assert_eq!(cell["samples"], 5);
+        eprintln!(
+            "report: {} {} detection rate {}/{} passed {}",
+            cell["dataset"], cell["test"], cell["samples_passed"], cell["samples"], cell["passed"]
+        );
+    }
+    let html = std::fs::read_to_string(report.join("report.html")).unwrap();
+    assert!(html.contains("Detection rate per sample") && html.contains("/5</td>"));
 }

@@ -157,6 +157,7 @@ fn build_cache(path: &Path) {
                             test,
                             serialization: serialization.clone(),
                             seed: 0,
+                            sample: 0,
                             trial,
                             request_key: request.key(),
                             note: None,
@@ -179,6 +180,7 @@ fn build_cache(path: &Path) {
                         serialization,
                         seed: 0,
                         result,
+                        samples: vec![result],
                         skipped: None,
                         run_id: None,
                     });

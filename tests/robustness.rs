@@ -244,6 +244,7 @@ fn cell(
             passed_trials: usize::from(passed),
             invalid_trials: 0,
         },
+        samples: Vec::new(),
         skipped: None,
         run_id: None,
     }

@@ -757,6 +757,7 @@ fn trial(test: TestId, serialization: Option<&str>, index: u32, passed: bool) ->
         test,
         serialization: serialization.map(str::to_string),
         seed: u64::MAX - 1,
+        sample: 0,
         trial: index,
         request_key: request("gpt-4o", index as usize).key(),
         note: Some("workclass".into()),
@@ -784,12 +785,24 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
     words.expected = Expected::Words {
         words: vec![Word::Text("age".into()), Word::Missing, Word::Bool(true)],
     };
+    let mut second_sample = trial(TestId::IncompleteCompletion, Some("the-is"), 0, true);
+    second_sample.sample = 1;
     let trials = vec![
         trial(TestId::IncompleteCompletion, Some("the-is"), 0, false),
         trial(TestId::IncompleteCompletion, Some("the-is"), 1, true),
+        second_sample.clone(),
         words,
     ];
     store.put_trials(first, &trials).unwrap();
+    let stored = store.trials().unwrap();
+    assert_eq!(stored.len(), 4, "samples are distinct rows");
+    assert!(stored.contains(&TrialRow {
+        run_id: Some(first),
+        ..second_sample
+    }));
+
+    // The incomplete-completion cell decided again: its trials are exactly the new ones
+    // (the old trial 1 and sample 1 are gone); the other cell keeps its trial.
     let second = store.begin_run("demo", "").unwrap();
     let mut changed = trials[0].clone();
     changed.verdict.passed = true;
@@ -798,35 +811,17 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
         .unwrap();
 
     let stored = store.trials().unwrap();
-    assert_eq!(stored.len(), 3, "replaced, not duplicated");
-    let find = |t: &TrialRow| {
-        stored
-            .iter()
-            .find(|s| s.test == t.test && s.trial == t.trial)
-            .unwrap()
-            .clone()
-    };
-    assert_eq!(
-        find(&changed),
-        TrialRow {
-            run_id: Some(second),
-            ..changed.clone()
-        }
-    );
-    assert_eq!(
-        find(&trials[1]),
-        TrialRow {
+    assert_eq!(stored.len(), 2, "replaced per cell, not per trial");
+    assert!(stored.contains(&TrialRow {
+        run_id: Some(second),
+        ..changed.clone()
+    }));
+    assert!(
+        stored.contains(&TrialRow {
             run_id: Some(first),
-            ..trials[1].clone()
-        }
-    );
-    assert_eq!(
-        find(&trials[2]),
-        TrialRow {
-            run_id: Some(first),
-            ..trials[2].clone()
-        },
-        "None serialization"
+            ..trials[3].clone()
+        }),
+        "None serialization, other cell untouched"
     );
 
     let cell = CellRow {
@@ -843,6 +838,13 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
             passed_trials: 71,
             invalid_trials: 4,
         },
+        samples: vec![CellResult {
+            passed: false,
+            score: 0.71,
+            trials: 100,
+            passed_trials: 71,
+            invalid_trials: 4,
+        }],
         skipped: None,
         run_id: None,
     };
@@ -867,6 +869,7 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
         .unwrap();
     let paper = CellRow {
         source: "paper".into(),
+        samples: Vec::new(),
         result: CellResult {
             score: 0.66,
             ..cell.result
@@ -1010,4 +1013,79 @@ fn bulk_lookups_of_200k_keys_are_fast() {
         lookup < Duration::from_secs(5),
         "cached_keys took {lookup:?}"
     );
+}
+
+/// A cell decided again keeps exactly its new trials and samples: fewer trials, fewer
+/// samples, or none at all (a cell that is now skipped).
+#[test]
+fn a_cell_decided_again_keeps_no_stale_trials_or_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(cache_path(&dir)).unwrap();
+    let result = |trials: usize, passed_trials: usize| CellResult {
+        passed: passed_trials > 0,
+        score: f64::from(u8::from(passed_trials > 0)),
+        trials,
+        passed_trials,
+        invalid_trials: 0,
+    };
+    let cell = |samples: Vec<CellResult>, skipped: Option<&str>| CellRow {
+        source: OWN_SOURCE.into(),
+        model: "gpt-4o".into(),
+        dataset: "adult".into(),
+        test: TestId::FeatureCompletion,
+        serialization: Some("the-is".into()),
+        seed: u64::MAX - 1,
+        result: result(
+            samples.iter().map(|s| s.trials).sum(),
+            samples.iter().map(|s| s.passed_trials).sum(),
+        ),
+        samples,
+        skipped: skipped.map(str::to_string),
+        run_id: None,
+    };
+    // Three samples of five trials.
+    let first = store.begin_run("demo", "").unwrap();
+    let mut trials = Vec::new();
+    for sample in 0..3 {
+        for index in 0..5 {
+            let mut t = trial(TestId::FeatureCompletion, Some("the-is"), index, index == 0);
+            t.sample = sample;
+            trials.push(t);
+        }
+    }
+    store.put_trials(first, &trials).unwrap();
+    store
+        .put_cells(first, &[cell(vec![result(5, 1); 3], None)])
+        .unwrap();
+    assert_eq!(store.trials().unwrap().len(), 15);
+    assert_eq!(store.cells().unwrap()[0].samples.len(), 3);
+
+    // One sample of three trials.
+    let second = store.begin_run("demo", "").unwrap();
+    store.put_trials(second, &trials[..3]).unwrap();
+    store
+        .put_cells(second, &[cell(vec![result(3, 1)], None)])
+        .unwrap();
+    let stored = store.trials().unwrap();
+    assert_eq!(stored.len(), 3);
+    assert!(
+        stored
+            .iter()
+            .all(|t| t.sample == 0 && t.trial < 3 && t.run_id == Some(second))
+    );
+    let cells = store.cells().unwrap();
+    assert_eq!(cells[0].samples, vec![result(3, 1)]);
+    assert_eq!(cells[0].result.trials, 3);
+
+    // Now skipped: no trials at all.
+    let third = store.begin_run("demo", "").unwrap();
+    store.put_trials(third, &[]).unwrap();
+    store
+        .put_cells(
+            third,
+            &[cell(vec![result(0, 0)], Some("no completion feature"))],
+        )
+        .unwrap();
+    assert!(store.trials().unwrap().is_empty());
+    assert_eq!(store.cells().unwrap()[0].samples, vec![result(0, 0)]);
 }

@@ -19,7 +19,7 @@ JOIN trial_cells c ON c.cell_id = n.cell_id;
 -- trials are here; imported cells keep the counts they came with).
 CREATE OR REPLACE TABLE cell_facts AS
 SELECT c.source, c.model, c.dataset, c.test, t.number, t.kind, c.serialization, c.seed,
-       c.passed, c.skipped,
+       c.passed, c.skipped, c.samples, c.samples_passed,
        coalesce(tc.n, c.trials)               AS n,
        coalesce(tc.k, c.passed_trials)        AS k,
        coalesce(tc.invalid, c.invalid_trials) AS invalid

@@ -42,7 +42,11 @@ CREATE TABLE cells (
     trials         BIGINT NOT NULL,
     passed_trials  BIGINT NOT NULL,
     invalid_trials BIGINT NOT NULL,
-    skipped        VARCHAR
+    skipped        VARCHAR,
+    -- Repeated sampling (SPEC §5): samples per prompt and how many of them passed the
+    -- test's rule on their own (1 and passed for single-sample and imported cells).
+    samples        BIGINT NOT NULL,
+    samples_passed BIGINT NOT NULL
 );
 
 -- Trials are the one big table (millions of rows): while loading, each trial's cell key

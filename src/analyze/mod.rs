@@ -276,6 +276,12 @@ impl Analytics {
                     c.result.passed_trials as i64,
                     c.result.invalid_trials as i64,
                     c.skipped,
+                    c.samples.len().max(1) as i64,
+                    if c.samples.is_empty() {
+                        i64::from(c.result.passed)
+                    } else {
+                        c.samples.iter().filter(|s| s.passed).count() as i64
+                    },
                 ])
                 .doing("loading cells")?;
         }
@@ -411,6 +417,7 @@ impl Analytics {
         let mut grid = self.grid()?;
         grid.sort_by_cached_key(|c| order[&c.key]);
         timings.lap(GRID_SQL.0);
+        attach_sample_rates(&mut series, &grid);
         let (test_pass_rates, dataset_pass_rates) = self.pass_rates()?;
         timings.lap(PASS_RATES_SQL.0);
         let used: std::collections::HashSet<String> = self.used_datasets()?;
@@ -497,6 +504,8 @@ impl Analytics {
                     knowledge: ratio(knowledge, 3 * datasets),
                     memorization: ratio(memorization, 6 * datasets),
                     skipped: r.get::<_, i64>("skipped")? as usize,
+                    samples: 1,
+                    sample_contamination: None,
                     membership: None,
                     zero_shot: None,
                     one_shot: None,
@@ -516,6 +525,7 @@ impl Analytics {
                 let correct = r.get::<_, i64>("k")? as u64;
                 let invalid = r.get::<_, i64>("invalid")? as u64;
                 Ok(AccuracyCell {
+                    samples: r.get::<_, i64>("samples")? as u64,
                     key: SeriesKey {
                         source: r.get("source")?,
                         model: r.get("model")?,
@@ -580,6 +590,13 @@ impl Analytics {
                     seed: r.get(7)?,
                     passed: r.get(8)?,
                     skipped: r.get(9)?,
+                    samples: r.get::<_, i64>(10)? as u64,
+                    samples_passed: r.get::<_, i64>(11)? as u64,
+                    detection_rate: 0.0,
+                })
+                .map(|mut cell: GridCell| {
+                    cell.detection_rate = cell.samples_passed as f64 / cell.samples.max(1) as f64;
+                    cell
                 })
             })
             .in_file(file)?;
@@ -986,6 +1003,27 @@ fn rank(series: &mut [SeriesScores]) {
     });
     for (i, s) in series.iter_mut().enumerate() {
         s.rank = i + 1;
+    }
+}
+
+/// Per series: the most samples of any scored cell of tests 1–9, and (with several
+/// samples) the per-sample contamination: the mean over the 9 × datasets cells of the
+/// fraction of samples that pass (missing and skipped cells count 0) — what one sample
+/// alone would score. Summed in grid order, so the value is the same on every run.
+fn attach_sample_rates(series: &mut [SeriesScores], grid: &[GridCell]) {
+    let mut by_series: HashMap<&SeriesKey, (u64, f64)> = HashMap::new();
+    for cell in grid {
+        let entry = by_series.entry(&cell.key).or_insert((1, 0.0));
+        entry.0 = entry.0.max(cell.samples);
+        entry.1 += cell.samples_passed as f64 / cell.samples.max(1) as f64;
+    }
+    for s in series.iter_mut() {
+        if let Some(&(samples, rate_sum)) = by_series.get(&s.key) {
+            s.samples = samples;
+            if samples > 1 && s.cells > 0 {
+                s.sample_contamination = Some(rate_sum / s.cells as f64);
+            }
+        }
     }
 }
 

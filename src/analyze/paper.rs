@@ -509,6 +509,7 @@ fn read_grid(
                     passed_trials: 0,
                     invalid_trials: 0,
                 },
+                samples: Vec::new(),
                 skipped: None,
                 run_id: None,
             });
@@ -640,6 +641,7 @@ fn accuracy_cell(
             passed_trials: correct,
             invalid_trials: invalid.min(ACCURACY_TRIALS - correct),
         },
+        samples: Vec::new(),
         skipped: None,
         run_id: None,
     }

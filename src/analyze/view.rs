@@ -93,6 +93,12 @@ pub struct SeriesScores {
     pub knowledge: Option<f64>,
     pub memorization: Option<f64>,
     pub skipped: usize,
+    /// Samples per prompt (the most of any scored cell of tests 1–9; 1 without sampling).
+    pub samples: u64,
+    /// With several samples: the mean over the 9 × datasets cells of the fraction of
+    /// samples that pass on their own (what one sample alone would score). `contamination`
+    /// counts a cell as passed when any sample passes.
+    pub sample_contamination: Option<f64>,
     pub membership: Option<MeanAccuracy>,
     pub zero_shot: Option<MeanAccuracy>,
     pub one_shot: Option<MeanAccuracy>,
@@ -128,9 +134,16 @@ pub struct GridCell {
     pub kind: TestKind,
     pub serialization: Option<String>,
     pub seed: u64,
+    /// Passed when any sample passes (see `samples_passed`).
     pub passed: bool,
     /// Why the cell has no trials (counts as not passed).
     pub skipped: Option<String>,
+    /// Samples per prompt (1 without repeated sampling) and how many of them passed the
+    /// test's rule on their own: the cell's detection rate is `samples_passed / samples`.
+    pub samples: u64,
+    pub samples_passed: u64,
+    /// `samples_passed / samples`.
+    pub detection_rate: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -149,6 +162,10 @@ pub struct AccuracyCell {
     pub key: SeriesKey,
     pub dataset: String,
     pub test: String,
+    /// Samples per prompt; `trials` counts every sample's trials, and `accuracy` (the
+    /// pooled rate) equals the mean accuracy over samples since every sample answers the
+    /// same prompts.
+    pub samples: u64,
     pub trials: u64,
     pub correct: u64,
     pub invalid: u64,

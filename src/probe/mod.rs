@@ -424,6 +424,40 @@ pub fn aggregate(test: TestId, verdicts: &[TrialVerdict]) -> CellResult {
     }
 }
 
+/// How a cell with several samples (SPEC §5: temperature > 0, `samples = n`) is decided,
+/// as the reports state it. Each sample is judged on its own by the test's rule.
+pub const SAMPLE_RULE: &str = "Each sample is judged on its own by its test's rule (any of n trials, at least 3 of 5, accuracy over the trials); a cell of tests 1-9 passes when any sample passes, with the fraction of samples that pass as its detection rate; the accuracy of tests 10-12 is the mean over samples.";
+
+/// Combines the per-sample results of one cell (each from [`aggregate`] over that sample's
+/// trials): tests 1–9 pass when any sample passes; tests 10–12 score the mean accuracy
+/// over samples. Trial counts are summed. One sample gives that sample's result.
+pub fn aggregate_samples(test: TestId, samples: &[CellResult]) -> CellResult {
+    if let [only] = samples {
+        return *only;
+    }
+    let trials = samples.iter().map(|s| s.trials).sum();
+    let passed_trials = samples.iter().map(|s| s.passed_trials).sum();
+    let invalid_trials = samples.iter().map(|s| s.invalid_trials).sum();
+    let passed = samples.iter().any(|s| s.passed);
+    let score = match test {
+        TestId::Membership | TestId::Classify0Shot | TestId::Classify1Shot => {
+            if samples.is_empty() {
+                0.0
+            } else {
+                samples.iter().map(|s| s.score).sum::<f64>() / samples.len() as f64
+            }
+        }
+        _ => f64::from(u8::from(passed)),
+    };
+    CellResult {
+        passed,
+        score,
+        trials,
+        passed_trials,
+        invalid_trials,
+    }
+}
+
 fn ratio(n: usize, d: usize) -> f64 {
     if d == 0 { 0.0 } else { n as f64 / d as f64 }
 }

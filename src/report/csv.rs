@@ -34,6 +34,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         "seed",
         "passed",
         "skipped",
+        "samples",
+        "samples_passed",
     ]);
     for c in &analysis.grid {
         grid.row([
@@ -48,6 +50,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
             c.seed.to_string(),
             u8::from(c.passed).to_string(),
             c.skipped.clone().unwrap_or_default(),
+            c.samples.to_string(),
+            c.samples_passed.to_string(),
         ]);
     }
 
@@ -79,6 +83,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         "one_shot_ci_high",
         "one_shot_invalid_rate",
         "serialization",
+        "samples",
+        "sample_contamination",
     ]);
     for s in &analysis.series {
         let mut row = vec![
@@ -101,6 +107,8 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         row.extend(mean_columns(s.one_shot.as_ref(), false));
         // The template the scores come from (empty: only tests without rows).
         row.push(s.serialization.clone().unwrap_or_default());
+        row.push(s.samples.to_string());
+        row.push(number(s.sample_contamination));
         scores.row(row);
     }
 
@@ -118,6 +126,7 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         "ci_low",
         "ci_high",
         "p_value",
+        "samples",
     ]);
     for c in &analysis.accuracy {
         let (low, high) = bounds(c.interval);
@@ -135,6 +144,7 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
             low,
             high,
             number(c.p_value),
+            c.samples.to_string(),
         ]);
     }
     vec![

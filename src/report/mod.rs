@@ -100,6 +100,8 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         #[serde(skip_serializing_if = "Option::is_none")]
         generated_at: Option<&'a str>,
         primary_serialization: &'a str,
+        /// How cells with several samples are decided (SPEC §5; see `probe::SAMPLE_RULE`).
+        sample_rule: SampleRuleJson,
         models: Vec<ModelJson<'a>>,
         grid: &'a [crate::analyze::GridCell],
         tests: &'a [crate::analyze::TestInfo],
@@ -112,6 +114,15 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         evolution: &'a [crate::analyze::EvolutionStep],
         negative_controls: &'a crate::analyze::NegativeControls,
         examples: &'a [crate::analyze::Example],
+    }
+    #[derive(Serialize)]
+    struct SampleRuleJson {
+        /// `any-sample`: a cell of tests 1–9 passes when any sample passes; tests 10–12
+        /// score the mean accuracy over samples.
+        id: &'static str,
+        text: &'static str,
+        /// The most samples per prompt of any model (1: no repeated sampling).
+        max_samples: u64,
     }
     #[derive(Serialize)]
     struct ModelJson<'a> {
@@ -132,6 +143,9 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         contamination_passed: usize,
         contamination_cells: usize,
         datasets: usize,
+        /// Samples per prompt, and (with several) the mean per-cell detection rate.
+        samples: u64,
+        sample_contamination: Option<f64>,
         membership_detail: Option<&'a MeanAccuracy>,
         zero_shot_detail: Option<&'a MeanAccuracy>,
         one_shot_detail: Option<&'a MeanAccuracy>,
@@ -153,6 +167,8 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         contamination_passed: s.passed,
         contamination_cells: s.cells,
         datasets: s.datasets,
+        samples: s.samples,
+        sample_contamination: s.sample_contamination,
         membership_detail: s.membership.as_ref(),
         zero_shot_detail: s.zero_shot.as_ref(),
         one_shot_detail: s.one_shot.as_ref(),
@@ -160,6 +176,11 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
     let json = ScoresJson {
         generated_at: options.timestamp.as_deref(),
         primary_serialization: &analysis.primary_serialization,
+        sample_rule: SampleRuleJson {
+            id: "any-sample",
+            text: crate::probe::SAMPLE_RULE,
+            max_samples: analysis.series.iter().map(|s| s.samples).max().unwrap_or(1),
+        },
         models: analysis.series.iter().map(model).collect(),
         grid: &analysis.grid,
         tests: &analysis.tests,

@@ -17,6 +17,11 @@ const NONE: &str = "–";
 
 pub struct Page {
     pub timestamp: Option<String>,
+    /// Whether any cell has several samples (SPEC §5): Table 2 then states the sample rule
+    /// and shows the per-sample contamination, and per-cell detection rates are shown.
+    pub sampled: bool,
+    pub sample_rule: &'static str,
+    pub sample_rates: Vec<SampleRateTable>,
     pub primary_serialization: String,
     /// One line per series scored with another template than the primary one (it has no
     /// cell under the primary template), naming that template.
@@ -64,11 +69,29 @@ pub struct Table2Row {
     pub membership: String,
     pub zero_shot: String,
     pub one_shot: String,
+    /// Mean over cells of the fraction of samples that pass (with several samples).
+    pub sample_contamination: String,
     /// The best value of each column is bold, as in the paper.
     pub best_contamination: bool,
     pub best_membership: bool,
     pub best_zero_shot: bool,
     pub best_one_shot: bool,
+}
+
+/// Per series with several samples: tests 1–9 × datasets, each cell's detection rate
+/// ("3/5": samples that pass the test's rule on their own, over samples).
+pub struct SampleRateTable {
+    pub label: String,
+    pub model: String,
+    pub source: String,
+    pub samples: u64,
+    pub rows: Vec<SampleRateRow>,
+}
+
+pub struct SampleRateRow {
+    pub test: String,
+    /// One per dataset of the page ("3/5", "skipped" or "–").
+    pub cells: Vec<String>,
 }
 
 pub struct Heatmap {
@@ -198,6 +221,8 @@ struct LatexReport<'a> {
 #[template(path = "table2.tex", syntax = "tex")]
 struct Table2Tex<'a> {
     rows: &'a [Table2Row],
+    sampled: bool,
+    sample_rule: &'a str,
 }
 
 #[derive(Template)]
@@ -256,8 +281,12 @@ impl Page {
             })
             .collect();
 
+        let sample_rates = sample_rates(analysis);
         Page {
             timestamp: options.timestamp.clone(),
+            sampled: analysis.series.iter().any(|s| s.samples > 1),
+            sample_rule: crate::probe::SAMPLE_RULE,
+            sample_rates,
             primary_serialization: analysis.primary_serialization.clone(),
             template_notes: template_notes(analysis),
             models: analysis.series.len(),
@@ -401,9 +430,13 @@ impl Page {
 
     /// `report.tex`, `table2.tex` and one `heatmap-<model>.tex` per series.
     pub fn latex_files(&self) -> anyhow::Result<Vec<File>> {
-        let table2 = Table2Tex { rows: &self.table2 }
-            .render()
-            .context("rendering templates/table2.tex")?;
+        let table2 = Table2Tex {
+            rows: &self.table2,
+            sampled: self.sampled,
+            sample_rule: self.sample_rule,
+        }
+        .render()
+        .context("rendering templates/table2.tex")?;
         let report = LatexReport {
             page: self,
             table2: &table2,
@@ -525,10 +558,55 @@ fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {
             membership: mean(&s.membership),
             zero_shot: mean(&s.zero_shot),
             one_shot: mean(&s.one_shot),
+            sample_contamination: opt(s.sample_contamination),
             best_contamination: is_best(s.contamination, best_contamination),
             best_membership: is_best(s.membership.as_ref().map(|m| m.mean), best_membership),
             best_zero_shot: is_best(s.zero_shot.as_ref().map(|m| m.mean), best_zero),
             best_one_shot: is_best(s.one_shot.as_ref().map(|m| m.mean), best_one),
+        })
+        .collect()
+}
+
+fn sample_rates(analysis: &Analysis) -> Vec<SampleRateTable> {
+    let dataset_index: HashMap<&str, usize> = analysis
+        .datasets
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.id.as_str(), i))
+        .collect();
+    analysis
+        .series
+        .iter()
+        .filter(|s| s.samples > 1)
+        .map(|s| {
+            let mut cells = vec![vec![NONE.to_string(); analysis.datasets.len()]; 9];
+            for cell in analysis.grid.iter().filter(|c| c.key == s.key) {
+                if let (Some(&d), Some(t)) = (
+                    dataset_index.get(cell.dataset.as_str()),
+                    (cell.number as usize).checked_sub(1).filter(|&t| t < 9),
+                ) {
+                    cells[t][d] = match &cell.skipped {
+                        Some(_) => "skipped".to_string(),
+                        None => format!("{}/{}", cell.samples_passed, cell.samples),
+                    };
+                }
+            }
+            SampleRateTable {
+                label: s.label.clone(),
+                model: s.key.model.clone(),
+                source: s.key.source.clone(),
+                samples: s.samples,
+                rows: analysis
+                    .tests
+                    .iter()
+                    .filter(|t| t.number <= 9)
+                    .zip(cells)
+                    .map(|(t, cells)| SampleRateRow {
+                        test: format!("{} {}", t.number, t.name),
+                        cells,
+                    })
+                    .collect(),
+            }
         })
         .collect()
 }

@@ -9,16 +9,22 @@ use crate::llm::{RequestKey, Response};
 use crate::probe::{self, TrialVerdict};
 use crate::store::{CellRow, OWN_SOURCE, TrialRow};
 
-/// Verdicts of every trial whose response is known, and the cells they complete.
+/// Verdicts of the trials of every complete cell, and those cells.
 pub struct Decisions {
+    /// Every trial of every cell in `cells` (and nothing else: a cell's stored trials are
+    /// exactly those of its latest decision).
     pub trials: Vec<TrialRow>,
     pub cells: Vec<CellRow>,
     /// Cells left undecided because some of their trials have no response yet.
     pub incomplete_cells: usize,
 }
 
-/// Decides every trial of the plan from `responses`. A cell is only written when all its
-/// trials are answered, so a partial run never publishes a partial cell.
+/// Decides every complete cell of the plan from `responses`. A cell is only written when
+/// all its trials are answered, so a partial run never publishes a partial cell.
+///
+/// With several samples (SPEC §5), the test's rule is applied to each sample's trials on
+/// its own ([`probe::aggregate`]), and the cell combines the samples with
+/// [`probe::aggregate_samples`]: it passes when any sample passes.
 pub fn decide(
     spec: &Spec,
     plan: &Plan,
@@ -32,16 +38,21 @@ pub fn decide(
     // The same output judged against the same expectation is decided once.
     let mut memo: HashMap<(RequestKey, *const probe::Prompt), TrialVerdict> = HashMap::new();
     for cell in &plan.cells {
+        if cell
+            .trials
+            .iter()
+            .any(|planned| !responses.contains_key(&planned.key))
+        {
+            incomplete_cells += 1;
+            continue;
+        }
         let model_id = &spec.models[cell.model].id;
+        let samples = spec.models[cell.model].samples.max(1) as usize;
         let serialization =
             (cell.serialization != NO_SERIALIZATION).then(|| cell.serialization.clone());
-        let mut verdicts = Vec::with_capacity(cell.trials.len());
-        let mut complete = true;
+        let mut verdicts: Vec<Vec<TrialVerdict>> = vec![Vec::new(); samples];
         for planned in &cell.trials {
-            let Some(response) = responses.get(&planned.key) else {
-                complete = false;
-                continue;
-            };
+            let response = &responses[&planned.key];
             let verdict = *memo
                 .entry((planned.key, std::sync::Arc::as_ptr(&planned.prompt)))
                 .or_insert_with(|| {
@@ -52,15 +63,15 @@ pub fn decide(
                         profile,
                     )
                 });
-            verdicts.push(verdict);
+            verdicts[planned.sample as usize].push(verdict);
             trials.push(TrialRow {
                 model: model_id.clone(),
                 dataset: cell.dataset.clone(),
                 test: cell.test,
                 serialization: serialization.clone(),
                 seed: spec.seed,
-                // With several samples, trial indices stay distinct per sample.
-                trial: planned.prompt.trial * spec.models[cell.model].samples + planned.sample,
+                sample: planned.sample,
+                trial: planned.prompt.trial,
                 request_key: planned.key,
                 note: planned.prompt.note.clone(),
                 expected: planned.prompt.expected.clone(),
@@ -68,10 +79,10 @@ pub fn decide(
                 run_id: None,
             });
         }
-        if !complete {
-            incomplete_cells += 1;
-            continue;
-        }
+        let per_sample: Vec<probe::CellResult> = verdicts
+            .iter()
+            .map(|v| probe::aggregate(cell.test, v))
+            .collect();
         cells.push(CellRow {
             source: OWN_SOURCE.to_string(),
             model: model_id.clone(),
@@ -79,7 +90,8 @@ pub fn decide(
             test: cell.test,
             serialization,
             seed: spec.seed,
-            result: probe::aggregate(cell.test, &verdicts),
+            result: probe::aggregate_samples(cell.test, &per_sample),
+            samples: per_sample,
             skipped: cell.skipped.clone(),
             run_id: None,
         });

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use super::spec::{ModelSpec, Spec};
+use super::spec::{ModelSpec, Spec, sample_seed};
 use crate::dataset::{Dataset, Serialization};
 use crate::llm::{GenerationParams, ModelIdentity, Request, RequestKey};
 use crate::probe::{self, ProbeContext, Prompt, PromptPack, TestId};
@@ -59,7 +59,7 @@ impl Plan {
             model: self.identities[source.model].clone(),
             api: model.api,
             prompt: source.prompt.text.clone(),
-            params: params(model, &source.prompt),
+            params: params(model, &source.prompt, source.sample),
             sample: source.sample,
         }
     }
@@ -69,12 +69,14 @@ impl Plan {
     }
 }
 
-fn params(model: &ModelSpec, prompt: &Prompt) -> GenerationParams {
+/// The generation parameters of one sample of a prompt: each sample sends its own seed
+/// ([`sample_seed`]), so seeded servers do not return one answer N times.
+fn params(model: &ModelSpec, prompt: &Prompt, sample: u32) -> GenerationParams {
     GenerationParams {
         max_tokens: prompt.max_tokens,
         temperature: model.temperature,
         top_p: model.top_p,
-        seed: model.api_seed,
+        seed: sample_seed(model.api_seed, sample),
         stop: Vec::new(),
     }
 }
@@ -195,8 +197,8 @@ pub fn assemble_plan(
                     let mut trials =
                         Vec::with_capacity(cell.prompts.len() * model.samples as usize);
                     for prompt in &cell.prompts {
-                        let params = params(model, prompt);
                         for sample in 0..model.samples {
+                            let params = params(model, prompt, sample);
                             let key = RequestKey::compute(
                                 &identities[model_index],
                                 model.api,

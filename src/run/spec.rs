@@ -82,8 +82,14 @@ pub struct ModelSpec {
     /// Samples per prompt (each its own cache entry); only meaningful with temperature > 0.
     #[serde(default = "one")]
     pub samples: u32,
-    /// API seed (SPEC §5: 0 where supported); `none` disables it for APIs that reject it.
-    #[serde(default = "default_api_seed")]
+    /// API seed (SPEC §5: 0 where supported). Sample `i` of a prompt sends `api_seed + i`
+    /// (see [`sample_seed`]). `api_seed = false` (or `"none"`) sends no seed, for APIs that
+    /// reject one.
+    #[serde(
+        default = "default_api_seed",
+        deserialize_with = "api_seed::deserialize",
+        serialize_with = "api_seed::serialize"
+    )]
     pub api_seed: Option<u64>,
     /// USD per million prompt / completion tokens, for `plan` estimates.
     #[serde(default)]
@@ -107,6 +113,66 @@ fn one() -> u32 {
 }
 fn default_api_seed() -> Option<u64> {
     Some(0)
+}
+
+/// The API seed sent with sample `sample` of a prompt: `api_seed + sample` (wrapping), so
+/// that servers honouring seeds (vLLM, llama.cpp, OpenAI) draw each sample differently and
+/// reproducibly. Sample 0 sends `api_seed` itself: greedy runs and the first sample keep
+/// the request keys they always had. `None` (seed switched off) stays `None`.
+pub fn sample_seed(api_seed: Option<u64>, sample: u32) -> Option<u64> {
+    api_seed.map(|seed| seed.wrapping_add(u64::from(sample)))
+}
+
+/// `api_seed = 7`, or `api_seed = false` / `api_seed = "none"` for no seed (TOML has no
+/// null).
+mod api_seed {
+    use serde::{Deserializer, Serializer, de};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = Option<u64>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "`api_seed`: a non-negative integer, or false (or \"none\") to send no seed",
+                )
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                u64::try_from(v).map(Some).map_err(|_| {
+                    E::custom("`api_seed` must be a non-negative integer, or false to send no seed")
+                })
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Some(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                if v {
+                    Err(E::custom(
+                        "`api_seed = true` is ambiguous; give the seed (e.g. 0), or false to send none",
+                    ))
+                } else {
+                    Ok(None)
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                if v.eq_ignore_ascii_case("none") {
+                    Ok(None)
+                } else {
+                    Err(E::custom(format!(
+                        "`api_seed = \"{v}\"`: use an integer, or false (or \"none\") to send no seed"
+                    )))
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+
+    pub fn serialize<S: Serializer>(seed: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match seed {
+            Some(v) => s.serialize_u64(*v),
+            None => s.serialize_bool(false),
+        }
+    }
 }
 
 /// `base_url = "…"` or `base_url = ["…", "…"]`.
@@ -815,5 +881,50 @@ mod tests {
         );
         assert_eq!(redact_url("h?secret"), "h?REDACTED");
         assert_eq!(redact_url("no url at all"), "no url at all");
+    }
+
+    fn spec_with(model_keys: &str) -> Result<Spec, SpecError> {
+        let text = format!(
+            "name = \"t\"\ndatasets = [\"iris\"]\ntests = [\"all\"]\n\
+             [[models]]\nid = \"m\"\nbackend = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:1/v1\"\n{model_keys}\n"
+        );
+        Spec::parse(&text, Path::new("exp.toml"))
+    }
+
+    #[test]
+    fn api_seed_defaults_to_zero_and_can_be_switched_off() {
+        assert_eq!(spec_with("").unwrap().models[0].api_seed, Some(0));
+        assert_eq!(
+            spec_with("api_seed = 42").unwrap().models[0].api_seed,
+            Some(42)
+        );
+        assert_eq!(
+            spec_with("api_seed = false").unwrap().models[0].api_seed,
+            None
+        );
+        assert_eq!(
+            spec_with("api_seed = \"none\"").unwrap().models[0].api_seed,
+            None
+        );
+        for bad in [
+            "api_seed = -1",
+            "api_seed = true",
+            "api_seed = \"random\"",
+            "api_seed = 1.5",
+        ] {
+            let error = spec_with(bad).unwrap_err().to_string();
+            assert!(
+                error.starts_with("exp.toml: line ") && error.contains("api_seed"),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_sample_gets_its_own_seed_and_sample_zero_keeps_the_spec_seed() {
+        assert_eq!(sample_seed(Some(7), 0), Some(7));
+        assert_eq!(sample_seed(Some(7), 3), Some(10));
+        assert_eq!(sample_seed(Some(u64::MAX), 1), Some(0));
+        assert_eq!(sample_seed(None, 3), None);
     }
 }

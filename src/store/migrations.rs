@@ -24,6 +24,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0002_run_failure_reason",
         sql: include_str!("../../schema/sqlite/0002_run_failure_reason.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_samples",
+        sql: include_str!("../../schema/sqlite/0003_samples.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
@@ -103,6 +108,7 @@ mod tests {
         let pinned = [
             "094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d",
             "c001fd120a0b678511e07948dea0246cbe67257bb670e7ea02517fd436120eac",
+            "fd41fa467da1aaa391082cc4645e6c309dde97023e446130cf234dd4bc7001b4",
         ];
         assert_eq!(
             pinned.len(),

@@ -1,5 +1,12 @@
 //! Trial verdicts and cell results: the current outcome of every (model, dataset, test,
 //! serialization, seed) cell, each tagged with the run that decided it.
+//!
+//! A cell's stored trials and samples are exactly those of its latest decision: writing a
+//! cell replaces all of its earlier rows, so a cell decided again with fewer trials (fewer
+//! samples, a changed data file or prompt pack) leaves no stale trial behind to be counted
+//! in accuracies, intervals or exports.
+
+use std::collections::{HashMap, HashSet};
 
 use rusqlite::Row;
 use serde::Serialize;
@@ -23,6 +30,9 @@ pub struct TrialRow {
     /// Template id; `None` for tests whose prompts contain no serialized rows.
     pub serialization: Option<String>,
     pub seed: u64,
+    /// Sample index (0 without repeated sampling).
+    pub sample: u32,
+    /// The prompt's trial index within the cell (the same for every sample).
     pub trial: u32,
     #[serde(serialize_with = "serialize_key")]
     pub request_key: RequestKey,
@@ -43,6 +53,7 @@ impl TrialRow {
             test: enum_column(row, "test")?,
             serialization: serialization_from_sql(row.get("serialization")?),
             seed: row.get::<_, i64>("seed")? as u64,
+            sample: row.get("sample")?,
             trial: row.get("trial")?,
             request_key: RequestKey(row.get("request_key")?),
             note: row.get("note")?,
@@ -67,8 +78,13 @@ pub struct CellRow {
     /// Template id; `None` for tests whose prompts contain no serialized rows.
     pub serialization: Option<String>,
     pub seed: u64,
+    /// The cell's result over all samples: passed when any sample passes (tests 1–9), the
+    /// mean accuracy over samples (tests 10–12), trial counts summed over samples.
     #[serde(flatten)]
     pub result: CellResult,
+    /// Each sample's own result (index = sample), the test's rule applied to that sample's
+    /// trials; empty for imported cells.
+    pub samples: Vec<CellResult>,
     /// Why the cell has no trials (e.g. wine has no categorical feature for tests 5–6).
     pub skipped: Option<String>,
     /// The run that decided it (`None` for imported cells); set by the store.
@@ -84,18 +100,26 @@ impl CellRow {
             test: enum_column(row, "test")?,
             serialization: serialization_from_sql(row.get("serialization")?),
             seed: row.get::<_, i64>("seed")? as u64,
-            result: CellResult {
-                passed: row.get("passed")?,
-                score: row.get("score")?,
-                trials: row.get::<_, i64>("trials")? as usize,
-                passed_trials: row.get::<_, i64>("passed_trials")? as usize,
-                invalid_trials: row.get::<_, i64>("invalid_trials")? as usize,
-            },
+            result: result_from_row(row)?,
+            samples: Vec::new(),
             skipped: row.get("skipped")?,
             run_id: row.get::<_, Option<i64>>("run_id")?.map(RunId),
         })
     }
 }
+
+fn result_from_row(row: &Row<'_>) -> rusqlite::Result<CellResult> {
+    Ok(CellResult {
+        passed: row.get("passed")?,
+        score: row.get("score")?,
+        trials: row.get::<_, i64>("trials")? as usize,
+        passed_trials: row.get::<_, i64>("passed_trials")? as usize,
+        invalid_trials: row.get::<_, i64>("invalid_trials")? as usize,
+    })
+}
+
+/// (model, dataset, test, serialization, seed): what identifies one of our cells.
+type CellKey = (String, String, String, String, i64);
 
 fn serialization_to_sql(serialization: &Option<String>) -> &str {
     serialization.as_deref().unwrap_or(NO_SERIALIZATION)
@@ -105,21 +129,51 @@ fn serialization_from_sql(text: String) -> Option<String> {
     (text != NO_SERIALIZATION).then_some(text)
 }
 
-const TRIAL_COLUMNS: &str = "model, dataset, test, serialization, seed, trial, run_id, request_key, note, expected, passed, invalid";
+const TRIAL_COLUMNS: &str = "model, dataset, test, serialization, seed, sample, trial, run_id, request_key, note, expected, passed, invalid";
+const SAMPLE_COLUMNS: &str = "model, dataset, test, serialization, seed, sample, run_id, passed, score, trials, \
+     passed_trials, invalid_trials";
+/// Matches one cell's rows in `trials` and `cell_samples`.
+const CELL_MATCH: &str =
+    "model = ?1 AND dataset = ?2 AND test = ?3 AND serialization = ?4 AND seed = ?5";
 const CELL_COLUMNS: &str = "source, model, dataset, test, serialization, seed, run_id, passed, score, trials, \
      passed_trials, invalid_trials, skipped";
 
 impl Store {
-    /// Stores trial verdicts decided by `run` in one transaction, replacing earlier verdicts
-    /// of the same trials.
+    /// Stores trial verdicts decided by `run` in one transaction. The trials given for a
+    /// cell are all of its trials: every earlier trial row of each cell named here is
+    /// removed first (a cell decided again with fewer trials keeps no stale rows).
     pub fn put_trials(&mut self, run: RunId, trials: &[TrialRow]) -> Result<()> {
         let path = self.path.clone();
         let tx = self.write()?;
         {
+            let mut clear = tx
+                .prepare_cached(&format!("DELETE FROM trials WHERE {CELL_MATCH}"))
+                .at(&path)?;
+            let mut cleared: HashSet<(&str, &str, TestId, &str, u64)> = HashSet::new();
+            for t in trials {
+                let serialization = serialization_to_sql(&t.serialization);
+                if cleared.insert((
+                    t.model.as_str(),
+                    t.dataset.as_str(),
+                    t.test,
+                    serialization,
+                    t.seed,
+                )) {
+                    clear
+                        .execute(rusqlite::params![
+                            t.model,
+                            t.dataset,
+                            t.test.id(),
+                            serialization,
+                            t.seed as i64
+                        ])
+                        .at(&path)?;
+                }
+            }
             let mut stmt = tx
                 .prepare_cached(&format!(
                     "INSERT OR REPLACE INTO trials ({TRIAL_COLUMNS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
                 ))
                 .at(&path)?;
             for t in trials {
@@ -131,6 +185,7 @@ impl Store {
                     t.test.id(),
                     serialization_to_sql(&t.serialization),
                     t.seed as i64,
+                    t.sample,
                     t.trial,
                     run.0,
                     t.request_key.0,
@@ -146,7 +201,9 @@ impl Store {
     }
 
     /// Stores cell results decided by `run` in one transaction, replacing earlier results
-    /// of the same cells.
+    /// of the same cells with their per-sample results. Call it after [`Store::put_trials`]
+    /// of the same run: trial rows of these cells that another run wrote are removed (so a
+    /// cell that now has no trials, e.g. newly skipped, keeps none).
     pub fn put_cells(&mut self, run: RunId, cells: &[CellRow]) -> Result<()> {
         self.write_cells(Some(run), cells)
     }
@@ -167,13 +224,66 @@ impl Store {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
                 ))
                 .at(&path)?;
+            let mut clear_trials = tx
+                .prepare_cached(&format!(
+                    "DELETE FROM trials WHERE {CELL_MATCH} AND run_id IS NOT ?6"
+                ))
+                .at(&path)?;
+            let mut clear_samples = tx
+                .prepare_cached(&format!("DELETE FROM cell_samples WHERE {CELL_MATCH}"))
+                .at(&path)?;
+            let mut put_sample = tx
+                .prepare_cached(&format!(
+                    "INSERT INTO cell_samples ({SAMPLE_COLUMNS})
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                ))
+                .at(&path)?;
             for c in cells {
+                let serialization = serialization_to_sql(&c.serialization);
+                if let (Some(run), true) = (run, c.source == OWN_SOURCE) {
+                    let cell = rusqlite::params![
+                        c.model,
+                        c.dataset,
+                        c.test.id(),
+                        serialization,
+                        c.seed as i64
+                    ];
+                    clear_samples.execute(cell).at(&path)?;
+                    clear_trials
+                        .execute(rusqlite::params![
+                            c.model,
+                            c.dataset,
+                            c.test.id(),
+                            serialization,
+                            c.seed as i64,
+                            run.0
+                        ])
+                        .at(&path)?;
+                    for (sample, result) in c.samples.iter().enumerate() {
+                        put_sample
+                            .execute(rusqlite::params![
+                                c.model,
+                                c.dataset,
+                                c.test.id(),
+                                serialization,
+                                c.seed as i64,
+                                sample as i64,
+                                run.0,
+                                result.passed,
+                                result.score,
+                                result.trials as i64,
+                                result.passed_trials as i64,
+                                result.invalid_trials as i64,
+                            ])
+                            .at(&path)?;
+                    }
+                }
                 stmt.execute(rusqlite::params![
                     c.source,
                     c.model,
                     c.dataset,
                     c.test.id(),
-                    serialization_to_sql(&c.serialization),
+                    serialization,
                     c.seed as i64,
                     run.map(|r| r.0),
                     c.result.passed,
@@ -199,13 +309,52 @@ impl Store {
         rows.collect::<rusqlite::Result<_>>().at(&self.path)
     }
 
-    /// Every cell result, ours and imported, in primary-key order.
+    /// Every cell result, ours and imported, in primary-key order; ours with their
+    /// per-sample results.
     pub fn cells(&self) -> Result<Vec<CellRow>> {
         let mut stmt = self
             .conn
             .prepare_cached(&format!("SELECT {CELL_COLUMNS} FROM cells"))
             .at(&self.path)?;
         let rows = stmt.query_map([], CellRow::from_row).at(&self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(&self.path)
+        let mut cells: Vec<CellRow> = rows.collect::<rusqlite::Result<_>>().at(&self.path)?;
+        let mut samples: HashMap<CellKey, Vec<CellResult>> = HashMap::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {SAMPLE_COLUMNS} FROM cell_samples ORDER BY model, dataset, test, serialization, seed, sample"
+            ))
+            .at(&self.path)?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((
+                    (
+                        row.get("model")?,
+                        row.get("dataset")?,
+                        row.get("test")?,
+                        row.get("serialization")?,
+                        row.get("seed")?,
+                    ),
+                    result_from_row(row)?,
+                ))
+            })
+            .at(&self.path)?;
+        for row in rows {
+            let (key, result) = row.at(&self.path)?;
+            samples.entry(key).or_default().push(result);
+        }
+        for cell in cells.iter_mut().filter(|c| c.source == OWN_SOURCE) {
+            let key = (
+                cell.model.clone(),
+                cell.dataset.clone(),
+                cell.test.id().to_string(),
+                serialization_to_sql(&cell.serialization).to_string(),
+                cell.seed as i64,
+            );
+            if let Some(results) = samples.remove(&key) {
+                cell.samples = results;
+            }
+        }
+        Ok(cells)
     }
 }

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! Answers are deterministic: `mock_server::answer(prompt, max_tokens, stop)` says exactly
-//! what each endpoint returns. A minimal HTTP/1.1 server on `TcpListener` (keep-alive,
+//! what each endpoint returns. Like vLLM, llama.cpp and OpenAI, the server honours `seed`
+//! when sampling: a request with `temperature > 0` and a `seed` is answered by
+//! `sampled_answer` (or `MockConfig::sampled` when set), which depends on the seed. A minimal HTTP/1.1 server on `TcpListener` (keep-alive,
 //! Content-Length bodies) rather than hyper, so that faults can break the protocol on
 //! purpose: a body shorter than its Content-Length, a connection reset instead of an answer.
 //! Dropping the server stops it (open connections included).
@@ -95,6 +97,10 @@ pub struct Plan {
 /// Decides the plan of each request (it sees the request with its arrival index).
 pub type Script = Arc<dyn Fn(&RecordedRequest) -> Plan + Send + Sync>;
 
+/// A sampled answer: `(prompt, seed)` → the text, or `None` for the default
+/// [`sampled_answer`].
+pub type Sampler = Arc<dyn Fn(&str, u64) -> Option<String> + Send + Sync>;
+
 #[derive(Clone)]
 pub struct MockConfig {
     /// Latency of every normal answer (a script's plan overrides it).
@@ -110,6 +116,8 @@ pub struct MockConfig {
     pub required_api_key: Option<String>,
     /// Keep request bodies in `requests()` (turn off for long benchmarks).
     pub record_bodies: bool,
+    /// Overrides the answers of seeded sampling requests (temperature > 0 with a seed).
+    pub sampled: Option<Sampler>,
 }
 
 impl Default for MockConfig {
@@ -122,6 +130,7 @@ impl Default for MockConfig {
             random_faults: Vec::new(),
             required_api_key: None,
             record_bodies: true,
+            sampled: None,
         }
     }
 }
@@ -147,6 +156,15 @@ impl MockConfig {
     pub fn faults(mut self, rate: f64, seed: u64) -> Self {
         self.fault_rate = rate;
         self.fault_seed = seed;
+        self
+    }
+
+    /// Answers seeded sampling requests with `sampler(prompt, seed)` where it gives one.
+    pub fn sampled(
+        mut self,
+        sampler: impl Fn(&str, u64) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.sampled = Some(Arc::new(sampler));
         self
     }
 
@@ -227,6 +245,19 @@ pub fn answer(prompt: &str, max_tokens: u64, stop: &[String]) -> (String, bool) 
         text.truncate(cut);
         return (text, false);
     }
+    (text, truncated)
+}
+
+/// The answer to a sampling request (temperature > 0) with `seed`: "mock sample <seed>
+/// answer to: <prompt>", cut like [`answer`]. Another seed gives another answer, the same
+/// seed the same one, as seeded servers do.
+pub fn sampled_answer(prompt: &str, seed: u64, max_tokens: u64, stop: &[String]) -> (String, bool) {
+    let (text, truncated) = answer(prompt, max_tokens.saturating_sub(2), stop);
+    let text = text.replacen(
+        "mock answer to:",
+        &format!("mock sample {seed} answer to:"),
+        1,
+    );
     (text, truncated)
 }
 
@@ -658,7 +689,23 @@ fn respond(config: &MockConfig, request: &RecordedRequest, body: &Value) -> Vec<
             .collect(),
         _ => Vec::new(),
     };
-    let (text, truncated) = answer(prompt, max_tokens, &stop);
+    let (temperature, seed) = match api {
+        Api::Gemini => (
+            &body["generationConfig"]["temperature"],
+            &body["generationConfig"]["seed"],
+        ),
+        _ => (&body["temperature"], &body["seed"]),
+    };
+    let sampling_seed = seed
+        .as_u64()
+        .filter(|_| temperature.as_f64().is_some_and(|t| t > 0.0));
+    let (text, truncated) = match sampling_seed {
+        Some(seed) => match config.sampled.as_ref().and_then(|f| f(prompt, seed)) {
+            Some(text) => (text, false),
+            None => sampled_answer(prompt, seed, max_tokens, &stop),
+        },
+        None => answer(prompt, max_tokens, &stop),
+    };
     let prompt_tokens = prompt.split_whitespace().count();
     let completion_tokens = text.split_whitespace().count();
     let model = body["model"].as_str().unwrap_or("mock");

@@ -478,7 +478,9 @@ impl LocalModel {
 }
 
 /// One seed per (request seed, sample index): each sample draws differently, reruns
-/// draw the same.
+/// draw the same. The planner already gives each sample its own request seed
+/// (`api_seed + sample`); the index is mixed in too so that samples still differ when the
+/// spec switches the seed off (`api_seed = false`).
 fn sampling_seed(seed: u64, sample: u32) -> u64 {
     let mut hasher = blake3::Hasher::new();
     hasher.update(&seed.to_le_bytes());
