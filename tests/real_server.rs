@@ -165,8 +165,7 @@ fn assert_complete(response: &Response, max_tokens: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_answers_greedy_completions_and_chat() {
-    let Some((binary, model)) = server_assets()
-    else {
+    let Some((binary, model)) = server_assets() else {
         return;
     };
     let log_dir = tempfile::tempdir().expect("temporary directory");
@@ -224,9 +223,7 @@ async fn llama_server_answers_greedy_completions_and_chat() {
 /// on its own, and the report shows each cell's detection rate ("k/5").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_sampled_run_gives_distinct_samples_and_per_cell_rates() {
-    let Some((binary, model)) =
-        server_assets()
-    else {
+    let Some((binary, model)) = server_assets() else {
         return;
     };
     let dir = tempfile::tempdir().expect("temporary directory");

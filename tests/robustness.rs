@@ -12,9 +12,7 @@ use std::process::{Command, Output};
 use mock_server::{MockConfig, MockServer};
 use tabcontam::analyze::{Analytics, Options};
 use tabcontam::dataset::Serialization;
-use tabcontam::probe::{
-    self, CellResult, Expected, ProbeContext, PromptPack, TestId, Variant,
-};
+use tabcontam::probe::{self, CellResult, Expected, ProbeContext, PromptPack, TestId, Variant};
 use tabcontam::store::{CellRow, OWN_SOURCE};
 
 struct Env {

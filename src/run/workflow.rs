@@ -351,8 +351,7 @@ fn decide_and_finish(
     let decided = (|| -> crate::store::Result<_> {
         let responses = store.responses(keys)?;
         let decisions = decide(spec, plan, &responses, dictionary, spec.alg1_profile);
-        store.put_trials(run_id, &decisions.trials)?;
-        store.put_cells(run_id, &decisions.cells)?;
+        store.put_decisions(run_id, &decisions.trials, &decisions.cells)?;
         Ok((responses.len() as u64, decisions))
     })();
     let (answered, decisions) = match decided {

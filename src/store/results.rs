@@ -145,58 +145,22 @@ impl Store {
     pub fn put_trials(&mut self, run: RunId, trials: &[TrialRow]) -> Result<()> {
         let path = self.path.clone();
         let tx = self.write()?;
-        {
-            let mut clear = tx
-                .prepare_cached(&format!("DELETE FROM trials WHERE {CELL_MATCH}"))
-                .at(&path)?;
-            let mut cleared: HashSet<(&str, &str, TestId, &str, u64)> = HashSet::new();
-            for t in trials {
-                let serialization = serialization_to_sql(&t.serialization);
-                if cleared.insert((
-                    t.model.as_str(),
-                    t.dataset.as_str(),
-                    t.test,
-                    serialization,
-                    t.seed,
-                )) {
-                    clear
-                        .execute(rusqlite::params![
-                            t.model,
-                            t.dataset,
-                            t.test.id(),
-                            serialization,
-                            t.seed as i64
-                        ])
-                        .at(&path)?;
-                }
-            }
-            let mut stmt = tx
-                .prepare_cached(&format!(
-                    "INSERT OR REPLACE INTO trials ({TRIAL_COLUMNS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-                ))
-                .at(&path)?;
-            for t in trials {
-                let expected =
-                    serde_json::to_string(&t.expected).expect("Expected serializes to JSON");
-                stmt.execute(rusqlite::params![
-                    t.model,
-                    t.dataset,
-                    t.test.id(),
-                    serialization_to_sql(&t.serialization),
-                    t.seed as i64,
-                    t.sample,
-                    t.trial,
-                    run.0,
-                    t.request_key.0,
-                    t.note,
-                    expected,
-                    t.verdict.passed,
-                    t.verdict.invalid,
-                ])
-                .at(&path)?;
-            }
-        }
+        write_trials(&tx, &path, run, trials)?;
+        tx.commit().at(&path)
+    }
+
+    /// Stores one decision of a run — its trials, then its cells — in ONE transaction, so a
+    /// crash in between never leaves new trials beside an old cell row.
+    pub fn put_decisions(
+        &mut self,
+        run: RunId,
+        trials: &[TrialRow],
+        cells: &[CellRow],
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write()?;
+        write_trials(&tx, &path, run, trials)?;
+        write_cells(&tx, &path, Some(run), cells)?;
         tx.commit().at(&path)
     }
 
@@ -217,85 +181,7 @@ impl Store {
     fn write_cells(&mut self, run: Option<RunId>, cells: &[CellRow]) -> Result<()> {
         let path = self.path.clone();
         let tx = self.write()?;
-        {
-            let mut stmt = tx
-                .prepare_cached(&format!(
-                    "INSERT OR REPLACE INTO cells ({CELL_COLUMNS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-                ))
-                .at(&path)?;
-            let mut clear_trials = tx
-                .prepare_cached(&format!(
-                    "DELETE FROM trials WHERE {CELL_MATCH} AND run_id IS NOT ?6"
-                ))
-                .at(&path)?;
-            let mut clear_samples = tx
-                .prepare_cached(&format!("DELETE FROM cell_samples WHERE {CELL_MATCH}"))
-                .at(&path)?;
-            let mut put_sample = tx
-                .prepare_cached(&format!(
-                    "INSERT INTO cell_samples ({SAMPLE_COLUMNS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
-                ))
-                .at(&path)?;
-            for c in cells {
-                let serialization = serialization_to_sql(&c.serialization);
-                if let (Some(run), true) = (run, c.source == OWN_SOURCE) {
-                    let cell = rusqlite::params![
-                        c.model,
-                        c.dataset,
-                        c.test.id(),
-                        serialization,
-                        c.seed as i64
-                    ];
-                    clear_samples.execute(cell).at(&path)?;
-                    clear_trials
-                        .execute(rusqlite::params![
-                            c.model,
-                            c.dataset,
-                            c.test.id(),
-                            serialization,
-                            c.seed as i64,
-                            run.0
-                        ])
-                        .at(&path)?;
-                    for (sample, result) in c.samples.iter().enumerate() {
-                        put_sample
-                            .execute(rusqlite::params![
-                                c.model,
-                                c.dataset,
-                                c.test.id(),
-                                serialization,
-                                c.seed as i64,
-                                sample as i64,
-                                run.0,
-                                result.passed,
-                                result.score,
-                                result.trials as i64,
-                                result.passed_trials as i64,
-                                result.invalid_trials as i64,
-                            ])
-                            .at(&path)?;
-                    }
-                }
-                stmt.execute(rusqlite::params![
-                    c.source,
-                    c.model,
-                    c.dataset,
-                    c.test.id(),
-                    serialization,
-                    c.seed as i64,
-                    run.map(|r| r.0),
-                    c.result.passed,
-                    c.result.score,
-                    c.result.trials as i64,
-                    c.result.passed_trials as i64,
-                    c.result.invalid_trials as i64,
-                    c.skipped,
-                ])
-                .at(&path)?;
-            }
-        }
+        write_cells(&tx, &path, run, cells)?;
         tx.commit().at(&path)
     }
 
@@ -357,4 +243,154 @@ impl Store {
         }
         Ok(cells)
     }
+}
+
+/// Writes `trials` inside `tx`: every earlier trial row of each cell named is removed first.
+fn write_trials(
+    tx: &rusqlite::Transaction<'_>,
+    path: &std::path::Path,
+    run: RunId,
+    trials: &[TrialRow],
+) -> Result<()> {
+    {
+        let mut clear = tx
+            .prepare_cached(&format!("DELETE FROM trials WHERE {CELL_MATCH}"))
+            .at(&path)?;
+        let mut cleared: HashSet<(&str, &str, TestId, &str, u64)> = HashSet::new();
+        for t in trials {
+            let serialization = serialization_to_sql(&t.serialization);
+            if cleared.insert((
+                t.model.as_str(),
+                t.dataset.as_str(),
+                t.test,
+                serialization,
+                t.seed,
+            )) {
+                clear
+                    .execute(rusqlite::params![
+                        t.model,
+                        t.dataset,
+                        t.test.id(),
+                        serialization,
+                        t.seed as i64
+                    ])
+                    .at(&path)?;
+            }
+        }
+        let mut stmt = tx
+            .prepare_cached(&format!(
+                "INSERT OR REPLACE INTO trials ({TRIAL_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+            ))
+            .at(&path)?;
+        for t in trials {
+            let expected = serde_json::to_string(&t.expected).expect("Expected serializes to JSON");
+            stmt.execute(rusqlite::params![
+                t.model,
+                t.dataset,
+                t.test.id(),
+                serialization_to_sql(&t.serialization),
+                t.seed as i64,
+                t.sample,
+                t.trial,
+                run.0,
+                t.request_key.0,
+                t.note,
+                expected,
+                t.verdict.passed,
+                t.verdict.invalid,
+            ])
+            .at(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `cells` inside `tx` (with their per-sample results when `run` decided them).
+fn write_cells(
+    tx: &rusqlite::Transaction<'_>,
+    path: &std::path::Path,
+    run: Option<RunId>,
+    cells: &[CellRow],
+) -> Result<()> {
+    {
+        let mut stmt = tx
+            .prepare_cached(&format!(
+                "INSERT OR REPLACE INTO cells ({CELL_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+            ))
+            .at(&path)?;
+        let mut clear_trials = tx
+            .prepare_cached(&format!(
+                "DELETE FROM trials WHERE {CELL_MATCH} AND run_id IS NOT ?6"
+            ))
+            .at(&path)?;
+        let mut clear_samples = tx
+            .prepare_cached(&format!("DELETE FROM cell_samples WHERE {CELL_MATCH}"))
+            .at(&path)?;
+        let mut put_sample = tx
+            .prepare_cached(&format!(
+                "INSERT INTO cell_samples ({SAMPLE_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+            ))
+            .at(&path)?;
+        for c in cells {
+            let serialization = serialization_to_sql(&c.serialization);
+            if let (Some(run), true) = (run, c.source == OWN_SOURCE) {
+                let cell = rusqlite::params![
+                    c.model,
+                    c.dataset,
+                    c.test.id(),
+                    serialization,
+                    c.seed as i64
+                ];
+                clear_samples.execute(cell).at(&path)?;
+                clear_trials
+                    .execute(rusqlite::params![
+                        c.model,
+                        c.dataset,
+                        c.test.id(),
+                        serialization,
+                        c.seed as i64,
+                        run.0
+                    ])
+                    .at(&path)?;
+                for (sample, result) in c.samples.iter().enumerate() {
+                    put_sample
+                        .execute(rusqlite::params![
+                            c.model,
+                            c.dataset,
+                            c.test.id(),
+                            serialization,
+                            c.seed as i64,
+                            sample as i64,
+                            run.0,
+                            result.passed,
+                            result.score,
+                            result.trials as i64,
+                            result.passed_trials as i64,
+                            result.invalid_trials as i64,
+                        ])
+                        .at(&path)?;
+                }
+            }
+            stmt.execute(rusqlite::params![
+                c.source,
+                c.model,
+                c.dataset,
+                c.test.id(),
+                serialization,
+                c.seed as i64,
+                run.map(|r| r.0),
+                c.result.passed,
+                c.result.score,
+                c.result.trials as i64,
+                c.result.passed_trials as i64,
+                c.result.invalid_trials as i64,
+                c.skipped,
+            ])
+            .at(&path)?;
+        }
+    }
+    Ok(())
 }
