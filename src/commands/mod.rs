@@ -1,5 +1,6 @@
 //! Command implementations: each takes its resolved arguments and writes to stdout.
 
+pub mod completions;
 pub mod datasets;
 pub mod import_results;
 pub mod parity;
@@ -24,5 +25,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status::run(args),
         Command::ImportResults(args) => import_results::run(args),
         Command::Report(args) => report::run(args),
+        Command::Completions(args) => completions::run(args),
     }
 }
