@@ -43,6 +43,10 @@ pub enum Command {
     /// Print a completion script for bash, zsh, fish, elvish or PowerShell to stdout.
     #[command(after_help = examples::COMPLETIONS)]
     Completions(CompletionsArgs),
+    /// What changed between two models of the cache: cells of tests 1–9 gained and lost,
+    /// membership and classification accuracy with 95 % Wilson intervals.
+    #[command(after_help = examples::DIFF)]
+    Diff(DiffArgs),
 }
 
 /// The cache file.
@@ -279,6 +283,19 @@ pub struct CompletionsArgs {
     pub shell: String,
 }
 
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The model compared from (a spec model id, or an imported one such as `gpt4o`).
+    pub a: String,
+    /// The model compared to.
+    pub b: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Print a JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// The examples that end each subcommand's `--help`. Every line is a real command that works
 /// from the repository root with the shipped files (tests/cli.rs parses all of them and runs
 /// the ones that need no model).
@@ -354,4 +371,10 @@ Examples:
   tabcontam completions bash > ~/.local/share/bash-completion/completions/tabcontam
   tabcontam completions zsh > ~/.zfunc/_tabcontam
   tabcontam completions fish > ~/.config/fish/completions/tabcontam.fish";
+
+    pub const DIFF: &str = "\
+Examples:
+  # after `tabcontam import-results ../shared/parity/paper-results`:
+  tabcontam diff llama3 llama3.1
+  tabcontam diff gpt4 gpt4o --json";
 }

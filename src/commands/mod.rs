@@ -2,6 +2,7 @@
 
 pub mod completions;
 pub mod datasets;
+pub mod diff;
 pub mod import_results;
 pub mod parity;
 pub mod plan;
@@ -26,5 +27,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ImportResults(args) => import_results::run(args),
         Command::Report(args) => report::run(args),
         Command::Completions(args) => completions::run(args),
+        Command::Diff(args) => diff::run(args),
     }
 }
