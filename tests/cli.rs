@@ -175,6 +175,27 @@ fn bash_completion_names_every_subcommand_and_is_valid_bash() {
         .unwrap();
     let registered = stdout_of(&registered);
     assert!(registered.contains("tabcontam"), "{registered}");
+    // And it completes: `tabcontam d<TAB>` and `tabcontam prompts --se<TAB>`, as bash calls
+    // the function (COMP_WORDS / COMP_CWORD, then command, current word, previous word).
+    let completed = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && \
+             COMP_WORDS=(tabcontam d); COMP_CWORD=1; _tabcontam tabcontam d tabcontam; \
+             echo \"${{COMPREPLY[@]}}\"; \
+             COMP_WORDS=(tabcontam prompts --se); COMP_CWORD=2; _tabcontam tabcontam --se prompts; \
+             echo \"${{COMPREPLY[@]}}\"",
+            file.display()
+        ))
+        .output()
+        .unwrap();
+    let completed = stdout_of(&completed);
+    let lines: Vec<&str> = completed.lines().collect();
+    assert_eq!(
+        lines,
+        ["datasets diff", "--serialization --seed"],
+        "{completed}"
+    );
 }
 
 #[test]
