@@ -16,22 +16,37 @@ pub struct Cli {
 pub enum Command {
     /// List, inspect, import and download datasets.
     #[command(subcommand)]
+    #[command(after_help = examples::DATASETS)]
     Datasets(DatasetsCommand),
     /// Print the exact prompts a run would send for one dataset and test.
+    #[command(after_help = examples::PROMPTS)]
     Prompts(PromptsArgs),
     /// Judge the conformance records of DIR with our decision code and report agreement.
+    #[command(after_help = examples::PARITY)]
     Parity(ParityArgs),
     /// Requests an experiment needs, already cached, and to send (sends nothing).
+    #[command(after_help = examples::PLAN)]
     Plan(PlanArgs),
     /// Send the missing requests of an experiment, then decide every trial.
+    #[command(after_help = examples::RUN)]
     Run(RunArgs),
     /// Runs, cache size and hit statistics, failures.
+    #[command(after_help = examples::STATUS)]
     Status(StatusArgs),
     /// Import published per-cell results (the paper's CSVs) into the cache, so that reports
     /// show them beside your own models.
+    #[command(after_help = examples::IMPORT_RESULTS)]
     ImportResults(ImportResultsArgs),
     /// Render the scores, heatmaps and tables of the cache as JSON, HTML, LaTeX and CSV.
+    #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
+    /// Print a completion script for bash, zsh, fish, elvish or PowerShell to stdout.
+    #[command(after_help = examples::COMPLETIONS)]
+    Completions(CompletionsArgs),
+    /// What changed between two models of the cache: cells of tests 1–9 gained and lost,
+    /// membership and classification accuracy with 95 % Wilson intervals.
+    #[command(after_help = examples::DIFF)]
+    Diff(DiffArgs),
 }
 
 /// The cache file.
@@ -102,6 +117,7 @@ pub struct DataDirArgs {
 #[derive(Debug, Subcommand)]
 pub enum DatasetsCommand {
     /// Every known dataset: rows, columns, whether its file is present and its checksum ok.
+    #[command(after_help = examples::DATASETS_LIST)]
     List {
         #[command(flatten)]
         data: DataDirArgs,
@@ -110,6 +126,7 @@ pub enum DatasetsCommand {
         json: bool,
     },
     /// Schema, column types and the first rows of one dataset.
+    #[command(after_help = examples::DATASETS_SHOW)]
     Show {
         /// Dataset id or alias.
         name: String,
@@ -125,6 +142,7 @@ pub enum DatasetsCommand {
     /// Turn a CSV file into a dataset with a generated descriptor in the user data directory
     /// (`$TABCONTAM_HOME/datasets`, else `$XDG_DATA_HOME/tabcontam/datasets`, else
     /// `~/.local/share/tabcontam/datasets`).
+    #[command(after_help = examples::DATASETS_IMPORT)]
     Import {
         /// The CSV file.
         file: PathBuf,
@@ -140,6 +158,7 @@ pub enum DatasetsCommand {
     },
     /// Download a dataset from its descriptor's URL, verify its checksum and store it in the
     /// user data directory (or in --data-dir when given).
+    #[command(after_help = examples::DATASETS_FETCH)]
     Fetch {
         /// Dataset id or alias.
         name: String,
@@ -257,4 +276,108 @@ pub struct ReportArgs {
     /// reports).
     #[arg(long)]
     pub timestamp: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell. (A plain string, not a value enum, so
+    /// that a wrong name gets our one-line error rather than clap's usage block.)
+    #[arg(value_name = "SHELL")]
+    pub shell: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The model compared from (a spec model id, or an imported one such as `gpt4o`).
+    pub a: String,
+    /// The model compared to.
+    pub b: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Print a JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The examples that end each subcommand's `--help`. Every line is a real command that works
+/// from the repository root with the shipped files (tests/cli.rs parses all of them and runs
+/// the ones that need no model).
+pub mod examples {
+    pub const DATASETS: &str = "\
+Examples:
+  tabcontam datasets list
+  tabcontam datasets show iris --head 3
+  tabcontam datasets import datasets/iris.csv --name my-iris --target species";
+
+    pub const DATASETS_LIST: &str = "\
+Examples:
+  tabcontam datasets list
+  tabcontam datasets list --json
+  tabcontam datasets list --data-dir ../shared/datasets/paper";
+
+    pub const DATASETS_SHOW: &str = "\
+Examples:
+  tabcontam datasets show iris
+  tabcontam datasets show titanic --head 3 --json";
+
+    pub const DATASETS_IMPORT: &str = "\
+Examples:
+  tabcontam datasets import datasets/iris.csv --name my-iris --target species
+  tabcontam datasets import datasets/wine.csv --name my-wine --target target --force";
+
+    pub const DATASETS_FETCH: &str = "\
+Examples:
+  tabcontam datasets fetch bank
+  tabcontam datasets fetch thyroid --data-dir datasets-extra";
+
+    pub const PROMPTS: &str = "\
+Examples:
+  tabcontam prompts --dataset iris --test membership
+  tabcontam prompts --dataset titanic --test feature-completion --serialization colon
+  tabcontam prompts --dataset wine --test recognition-examples --variant paper-code --json";
+
+    pub const PARITY: &str = "\
+Examples:
+  tabcontam parity ../shared/parity
+  tabcontam parity ../shared/parity --profile hunspell --json";
+
+    pub const PLAN: &str = "\
+Examples:
+  tabcontam plan experiments/demo.toml
+  tabcontam plan experiments/mini.toml --model mock-base --json
+  tabcontam plan experiments/paper.toml --data-dir ../shared/datasets/paper";
+
+    pub const RUN: &str = "\
+Examples:
+  tabcontam run experiments/demo.toml
+  tabcontam run experiments/demo.toml --offline
+  tabcontam run experiments/mini.toml --model mock-base --quiet --cache cache/mini.sqlite";
+
+    pub const STATUS: &str = "\
+Examples:
+  tabcontam status
+  tabcontam status --cache cache/mini.sqlite --json";
+
+    pub const IMPORT_RESULTS: &str = "\
+Examples:
+  tabcontam import-results ../shared/parity/paper-results
+  tabcontam import-results ../shared/parity/paper-results --id-prefix paper- --json";
+
+    pub const REPORT: &str = "\
+Examples:
+  tabcontam report
+  tabcontam report --format html --out reports/demo
+  tabcontam report --format latex,csv --serialization colon";
+
+    pub const COMPLETIONS: &str = "\
+Examples:
+  tabcontam completions bash > ~/.local/share/bash-completion/completions/tabcontam
+  tabcontam completions zsh > ~/.zfunc/_tabcontam
+  tabcontam completions fish > ~/.config/fish/completions/tabcontam.fish";
+
+    pub const DIFF: &str = "\
+Examples:
+  # after `tabcontam import-results ../shared/parity/paper-results`:
+  tabcontam diff llama3 llama3.1
+  tabcontam diff gpt4 gpt4o --json";
 }

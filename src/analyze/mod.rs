@@ -10,6 +10,7 @@
 //! interval and correlation is computed here in Rust in that order, so the same cache gives
 //! byte-identical numbers (DuckDB's parallel floating-point sums need not).
 
+pub mod diff;
 pub mod paper;
 pub mod stats;
 mod view;

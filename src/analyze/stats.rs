@@ -26,9 +26,19 @@ pub fn wilson(k: u64, n: u64) -> Option<Interval> {
     let denominator = 1.0 + z2 / n;
     let centre = (p + z2 / (2.0 * n)) / denominator;
     let half = Z_95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denominator;
+    // At 0 and n successes the bound is exactly 0 (resp. 1); the subtraction leaves
+    // rounding noise (3.5e-18 at 0/100) that would put the interval beside its own estimate.
     Some(Interval {
-        low: (centre - half).max(0.0),
-        high: (centre + half).min(1.0),
+        low: if k == 0 {
+            0.0
+        } else {
+            (centre - half).max(0.0)
+        },
+        high: if p == 1.0 {
+            1.0
+        } else {
+            (centre + half).min(1.0)
+        },
     })
 }
 
@@ -121,6 +131,11 @@ mod tests {
         let i = wilson(100, 100).unwrap();
         assert!(close(i.high, 1.0) && close(i.low, 0.963_007_1), "{i:?}");
         assert_eq!(wilson(0, 0), None);
+        // The bounds at 0 and n successes contain the estimate exactly.
+        for n in [1, 7, 100, 1000] {
+            assert_eq!(wilson(0, n).unwrap().low, 0.0);
+            assert_eq!(wilson(n, n).unwrap().high, 1.0);
+        }
     }
 
     #[test]

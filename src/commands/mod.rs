@@ -1,6 +1,8 @@
 //! Command implementations: each takes its resolved arguments and writes to stdout.
 
+pub mod completions;
 pub mod datasets;
+pub mod diff;
 pub mod import_results;
 pub mod parity;
 pub mod plan;
@@ -24,5 +26,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status::run(args),
         Command::ImportResults(args) => import_results::run(args),
         Command::Report(args) => report::run(args),
+        Command::Completions(args) => completions::run(args),
+        Command::Diff(args) => diff::run(args),
     }
 }

@@ -1,0 +1,184 @@
+//! `diff`: what changed between two models of one cache: cells of tests 1–9 gained and lost,
+//! and accuracy changes of tests 10–12 with Wilson intervals. Pure Rust over the cell rows
+//! the [`crate::store::Store`] returns (a few thousand rows at most; no DuckDB needed).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::stats::{Interval, wilson};
+use crate::probe::{TestId, TestKind};
+use crate::store::CellRow;
+
+/// A model id that the cache does not hold.
+#[derive(Debug, thiserror::Error)]
+#[error("no model `{model}` in the cache: known models are {}", known_list(.known))]
+pub struct UnknownModel {
+    pub model: String,
+    pub known: Vec<String>,
+}
+
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        "none (run an experiment first: `tabcontam run SPEC`)".to_string()
+    } else {
+        known.join(", ")
+    }
+}
+
+/// One cell of a model: (dataset, test, serialization, seed).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct DiffCell {
+    pub dataset: String,
+    pub number: u8,
+    pub test: String,
+    pub serialization: Option<String>,
+    pub seed: u64,
+}
+
+/// One side's accuracy on one answer-test cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccuracySide {
+    pub trials: u64,
+    pub correct: u64,
+    pub invalid: u64,
+    pub accuracy: f64,
+    pub interval: Option<Interval>,
+}
+
+/// Accuracy of a membership or classification cell in A and in B.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccuracyChange {
+    #[serde(flatten)]
+    pub cell: DiffCell,
+    pub a: AccuracySide,
+    pub b: AccuracySide,
+    /// B's accuracy minus A's.
+    pub delta: f64,
+    /// The two 95 % Wilson intervals do not overlap (a conservative sign of a real change).
+    pub separated: bool,
+}
+
+/// Everything `tabcontam diff A B` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelDiff {
+    pub a: String,
+    pub b: String,
+    /// Cells of tests 1–9 that both models have.
+    pub compared: usize,
+    /// Of those, passed by A and by B (a skipped cell counts as not passed).
+    pub passed_a: usize,
+    pub passed_b: usize,
+    /// Passed in B but not in A, and the reverse; by dataset, test, serialization, seed.
+    pub gained: Vec<DiffCell>,
+    pub lost: Vec<DiffCell>,
+    /// Cells (any test) that only one model has: not compared.
+    pub only_in_a: Vec<DiffCell>,
+    pub only_in_b: Vec<DiffCell>,
+    /// Tests 10–12 cells that both models have, by dataset, test, serialization, seed.
+    pub accuracy: Vec<AccuracyChange>,
+}
+
+fn is_answer_test(test: TestId) -> bool {
+    test == TestId::Membership || test.kind() == TestKind::Classification
+}
+
+fn cells_of<'a>(cells: &'a [CellRow], model: &str) -> BTreeMap<DiffCell, &'a CellRow> {
+    cells
+        .iter()
+        .filter(|c| c.model == model)
+        .map(|c| {
+            let key = DiffCell {
+                dataset: c.dataset.clone(),
+                number: c.test.number(),
+                test: c.test.id().to_string(),
+                serialization: c.serialization.clone(),
+                seed: c.seed,
+            };
+            (key, c)
+        })
+        .collect()
+}
+
+fn accuracy_side(cell: &CellRow) -> AccuracySide {
+    let trials = cell.result.trials as u64;
+    let correct = cell.result.passed_trials as u64;
+    AccuracySide {
+        trials,
+        correct,
+        invalid: cell.result.invalid_trials as u64,
+        accuracy: if trials == 0 {
+            0.0
+        } else {
+            correct as f64 / trials as f64
+        },
+        interval: wilson(correct, trials),
+    }
+}
+
+/// Compares the cells of models `a` and `b` (spec model ids) among `cells`.
+pub fn diff_models(cells: &[CellRow], a: &str, b: &str) -> Result<ModelDiff, UnknownModel> {
+    let known: BTreeSet<&str> = cells.iter().map(|c| c.model.as_str()).collect();
+    for model in [a, b] {
+        if !known.contains(model) {
+            return Err(UnknownModel {
+                model: model.to_string(),
+                known: known.iter().map(|m| m.to_string()).collect(),
+            });
+        }
+    }
+    let of_a = cells_of(cells, a);
+    let of_b = cells_of(cells, b);
+    let mut diff = ModelDiff {
+        a: a.to_string(),
+        b: b.to_string(),
+        compared: 0,
+        passed_a: 0,
+        passed_b: 0,
+        gained: Vec::new(),
+        lost: Vec::new(),
+        only_in_a: of_a
+            .keys()
+            .filter(|k| !of_b.contains_key(*k))
+            .cloned()
+            .collect(),
+        only_in_b: of_b
+            .keys()
+            .filter(|k| !of_a.contains_key(*k))
+            .cloned()
+            .collect(),
+        accuracy: Vec::new(),
+    };
+    for (key, cell_a) in &of_a {
+        let Some(cell_b) = of_b.get(key) else {
+            continue;
+        };
+        if is_answer_test(cell_a.test) {
+            let (side_a, side_b) = (accuracy_side(cell_a), accuracy_side(cell_b));
+            let separated = match (side_a.interval, side_b.interval) {
+                (Some(x), Some(y)) => x.high < y.low || y.high < x.low,
+                _ => false,
+            };
+            diff.accuracy.push(AccuracyChange {
+                cell: key.clone(),
+                delta: side_b.accuracy - side_a.accuracy,
+                a: side_a,
+                b: side_b,
+                separated,
+            });
+            continue;
+        }
+        // A skipped cell has no trials and counts as not passed (as in the scores).
+        let passed_a = cell_a.result.passed && cell_a.skipped.is_none();
+        let passed_b = cell_b.result.passed && cell_b.skipped.is_none();
+        diff.compared += 1;
+        diff.passed_a += usize::from(passed_a);
+        diff.passed_b += usize::from(passed_b);
+        match (passed_a, passed_b) {
+            (false, true) => diff.gained.push(key.clone()),
+            (true, false) => diff.lost.push(key.clone()),
+            _ => {}
+        }
+    }
+    Ok(diff)
+}

@@ -1,0 +1,318 @@
+//! `tabcontam diff A B` on real caches: one built by `run` against a loopback server with two
+//! models that answer differently, and the paper's published cells imported.
+
+#[path = "support/mock_server.rs"]
+mod mock_server;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use mock_server::{Fault, MockConfig, MockServer, Plan};
+use serde_json::{Value, json};
+use tabcontam::store::Store;
+
+const PAPER_RESULTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/parity/paper-results"
+);
+
+/// What the `iris-expert` model says to every prompt: the iris columns, after a "Yes".
+const EXPERT_ANSWER: &str =
+    "Yes. sepal_length, sepal_width, petal_length, petal_width, species: Iris-setosa";
+
+fn tabcontam(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tabcontam"))
+        .args(args)
+        .env("TABCONTAM_HOME", home)
+        .env_remove("TABCONTAM_DATA_DIR")
+        .env_remove("TABCONTAM_CACHE")
+        .output()
+        .unwrap()
+}
+
+fn succeeded(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_str(&succeeded(output)).unwrap()
+}
+
+/// Builds a cache with `run`: model `echo` is the mock's normal echo of the prompt, model
+/// `iris-expert` always gives [`EXPERT_ANSWER`].
+fn two_model_cache(dir: &Path) -> PathBuf {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(MockServer::start(MockConfig::new().script(|request| {
+        let fault = if request.json["model"] == "iris-expert" {
+            Fault::Body(json!({
+                "id": "x", "object": "text_completion", "model": "iris-expert",
+                "choices": [{"index": 0, "text": EXPERT_ANSWER, "logprobs": null,
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
+            }))
+        } else {
+            Fault::None
+        };
+        Plan {
+            latency: std::time::Duration::ZERO,
+            fault,
+        }
+    })));
+    let mut spec = String::from(
+        "name = \"diff\"\nseed = 0\ndatasets = [\"iris\"]\n\
+         tests = [\"feature-list-uninformed\", \"feature-values-uninformed\", \"membership\", \"classify-0shot\"]\n\
+         serializations = [\"the-is\"]\n",
+    );
+    for model in ["echo", "iris-expert"] {
+        spec.push_str(&format!(
+            "\n[[models]]\nid = \"{model}\"\nbackend = \"openai-compatible\"\napi = \"completions\"\n\
+             base_url = \"{}/v1\"\nconcurrency = 8\ntimeout_s = 5\n",
+            server.url()
+        ));
+    }
+    let spec_path = dir.join("diff.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let cache = dir.join("cache.sqlite");
+    succeeded(&tabcontam(
+        dir,
+        &[
+            "run",
+            spec_path.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+            "--quiet",
+        ],
+    ));
+    assert!(server.request_count() > 0);
+    cache
+}
+
+#[test]
+fn diff_of_two_models_matches_the_cells_and_trials_in_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = two_model_cache(dir.path());
+    let cache_arg = cache.to_str().unwrap();
+    let diff = json_of(&tabcontam(
+        dir.path(),
+        &[
+            "diff",
+            "echo",
+            "iris-expert",
+            "--cache",
+            cache_arg,
+            "--json",
+        ],
+    ));
+
+    // The expected answer, from the cache through the Store, independently of `diff`.
+    let store = Store::open_read_only(&cache).unwrap();
+    let cells = store.cells().unwrap();
+    let passed = |model: &str, test: &str| {
+        cells
+            .iter()
+            .find(|c| c.model == model && c.test.id() == test)
+            .map(|c| c.result.passed && c.skipped.is_none())
+            .unwrap()
+    };
+    let mut gained = Vec::new();
+    let mut lost = Vec::new();
+    for test in ["feature-list-uninformed", "feature-values-uninformed"] {
+        match (passed("echo", test), passed("iris-expert", test)) {
+            (false, true) => gained.push(test),
+            (true, false) => lost.push(test),
+            _ => {}
+        }
+    }
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["test"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&diff["gained"]), gained, "{diff:#}");
+    assert_eq!(names(&diff["lost"]), lost, "{diff:#}");
+    // The expert names iris's columns and a species, which the echo of an uninformed prompt
+    // cannot.
+    assert_eq!(
+        gained,
+        ["feature-list-uninformed", "feature-values-uninformed"],
+        "{diff:#}"
+    );
+    assert_eq!(diff["compared"], 2);
+    assert!(diff["only_in_a"].as_array().unwrap().is_empty());
+
+    let trials = store.trials().unwrap();
+    let accuracy = diff["accuracy"].as_array().unwrap();
+    let tests: Vec<&str> = accuracy
+        .iter()
+        .map(|c| c["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(tests, ["membership", "classify-0shot"]);
+    for change in accuracy {
+        let test = change["test"].as_str().unwrap();
+        for (side, model) in [("a", "echo"), ("b", "iris-expert")] {
+            let of_cell: Vec<_> = trials
+                .iter()
+                .filter(|t| t.model == model && t.test.id() == test)
+                .collect();
+            let correct = of_cell.iter().filter(|t| t.verdict.passed).count();
+            assert_eq!(change[side]["trials"], of_cell.len(), "{change:#}");
+            assert_eq!(change[side]["correct"], correct, "{change:#}");
+            let accuracy = change[side]["accuracy"].as_f64().unwrap();
+            let interval = &change[side]["interval"];
+            assert!(interval["low"].as_f64().unwrap() <= accuracy);
+            assert!(accuracy <= interval["high"].as_f64().unwrap());
+        }
+        let delta =
+            change["b"]["accuracy"].as_f64().unwrap() - change["a"]["accuracy"].as_f64().unwrap();
+        assert!((change["delta"].as_f64().unwrap() - delta).abs() < 1e-12);
+    }
+    // Membership's Yes/No classes are balanced: always "Yes" is right half of the time.
+    let membership = &accuracy[0];
+    assert_eq!(
+        membership["b"]["correct"].as_u64().unwrap() * 2,
+        membership["b"]["trials"].as_u64().unwrap(),
+        "{membership:#}"
+    );
+
+    // The text view says the same.
+    let text = succeeded(&tabcontam(
+        dir.path(),
+        &["diff", "echo", "iris-expert", "--cache", cache_arg],
+    ));
+    assert!(
+        text.starts_with("echo → iris-expert: 2 cells of tests 1–9 in both"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "gained (passed by iris-expert, not by echo):\n  iris feature-list-uninformed\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("iris membership [the-is]"), "{text}");
+
+    // A model against itself: nothing gained or lost, no accuracy change.
+    let same = json_of(&tabcontam(
+        dir.path(),
+        &["diff", "echo", "echo", "--cache", cache_arg, "--json"],
+    ));
+    assert!(same["gained"].as_array().unwrap().is_empty());
+    assert!(same["lost"].as_array().unwrap().is_empty());
+    assert!(
+        same["accuracy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["delta"] == 0.0)
+    );
+}
+
+#[test]
+fn unknown_model_is_a_one_line_error_listing_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = two_model_cache(dir.path());
+    let output = tabcontam(
+        dir.path(),
+        &["diff", "echo", "gpt-5", "--cache", cache.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("no model `gpt-5` in the cache: known models are echo, iris-expert"),
+        "{stderr}"
+    );
+    // No cache at all.
+    let missing = dir.path().join("nothing.sqlite");
+    let output = tabcontam(
+        dir.path(),
+        &["diff", "a", "b", "--cache", missing.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(!missing.exists());
+}
+
+/// Whether the paper's published results are here; in CI (`TABCONTAM_CI=1`) their absence
+/// is a failure, elsewhere the test prints SKIP and returns.
+fn paper_results_present(test: &str) -> bool {
+    if Path::new(PAPER_RESULTS).is_dir() {
+        return true;
+    }
+    assert!(
+        std::env::var("TABCONTAM_CI").as_deref() != Ok("1"),
+        "{test}: {PAPER_RESULTS} is missing in CI"
+    );
+    eprintln!("SKIP: {test}: {PAPER_RESULTS} is absent");
+    false
+}
+
+/// The examples of `diff --help`, on the paper's published cells (Llama 3 → Llama 3.1).
+#[test]
+fn diff_of_the_papers_models() {
+    if !paper_results_present("diff_of_the_papers_models") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("paper.sqlite");
+    let cache_arg = cache.to_str().unwrap();
+    succeeded(&tabcontam(
+        dir.path(),
+        &["import-results", PAPER_RESULTS, "--cache", cache_arg],
+    ));
+    let scores_dir = dir.path().join("report");
+    succeeded(&tabcontam(
+        dir.path(),
+        &[
+            "report",
+            "--cache",
+            cache_arg,
+            "--format",
+            "json",
+            "--out",
+            scores_dir.to_str().unwrap(),
+        ],
+    ));
+    let scores: Value =
+        serde_json::from_str(&std::fs::read_to_string(scores_dir.join("scores.json")).unwrap())
+            .unwrap();
+    let diff = json_of(&tabcontam(
+        dir.path(),
+        &["diff", "llama3", "llama3.1", "--cache", cache_arg, "--json"],
+    ));
+    // Llama 3.1 has only the-is cells (Llama 3 also has the serialization study's, which
+    // are not compared), so the compared cells and passed counts are Table 2's.
+    let table2 = |model: &str, key: &str| {
+        scores["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == model)
+            .unwrap_or_else(|| panic!("no {model} in scores.json"))[key]
+            .clone()
+    };
+    assert_eq!(diff["compared"], table2("llama3.1", "contamination_cells"));
+    assert_eq!(diff["passed_a"], table2("llama3", "contamination_passed"));
+    assert_eq!(diff["passed_b"], table2("llama3.1", "contamination_passed"));
+    let net = diff["gained"].as_array().unwrap().len() as i64
+        - diff["lost"].as_array().unwrap().len() as i64;
+    assert_eq!(
+        net,
+        diff["passed_b"].as_i64().unwrap() - diff["passed_a"].as_i64().unwrap()
+    );
+    assert!(diff["only_in_b"].as_array().unwrap().is_empty());
+    assert!(!diff["only_in_a"].as_array().unwrap().is_empty());
+    assert!(!diff["accuracy"].as_array().unwrap().is_empty());
+    let text = succeeded(&tabcontam(
+        dir.path(),
+        &["diff", "llama3", "llama3.1", "--cache", cache_arg],
+    ));
+    assert!(text.starts_with("llama3 → llama3.1: "), "{text}");
+}
