@@ -87,7 +87,8 @@ pub struct TensorNames {
 }
 
 impl TensorNames {
-    /// Hugging Face names of the llama family (llama, mistral, gemma, gemma2, phi3).
+    /// Hugging Face names of the llama family (llama, mistral, gemma, gemma2, phi3, qwen2,
+    /// qwen3, olmo2).
     pub const HF_LLAMA: TensorNames = TensorNames {
         embed: "model.embed_tokens",
         final_norm: "model.norm",
