@@ -3,7 +3,10 @@
 generates with them, so that the Rust side can check token-for-token greedy parity.
 
 For each architecture (llama with Llama 3.1 rope scaling, mistral with a small sliding
-window, gemma, gemma2, phi, phi3, t5 gated-GELU as in T0, t5 ReLU with tied embeddings):
+window, gemma, gemma2, phi, phi3, qwen2 with q/k/v biases, tied embeddings and a sliding
+window on its upper layer, qwen3 with per-head q/k norms and head_dim != hidden / heads,
+olmo2 with whole-projection q/k norms and norms after attention and MLP, t5 gated-GELU as
+in T0, t5 ReLU with tied embeddings):
 hidden size 64, 2 layers, random weights from a fixed seed, a byte-level BPE tokenizer
 trained on a few sentences, saved as safetensors + config.json + tokenizer.json, and
 `expected.json` beside them: for every prompt, transformers' token ids of the prompt, its
@@ -132,7 +135,31 @@ def decoder_configs(vocab: int) -> dict:
             tie_word_embeddings=False,
         ),
         "phi3": transformers.Phi3Config(**common, tie_word_embeddings=False),
+        "qwen2": transformers.Qwen2Config(
+            **common,
+            tie_word_embeddings=True,
+            use_sliding_window=True,
+            sliding_window=8,
+            max_window_layers=1,
+        ),
+        "qwen3": transformers.Qwen3Config(**common, head_dim=32, tie_word_embeddings=False),
+        "olmo2": transformers.Olmo2Config(**common, tie_word_embeddings=False),
     }
+
+
+# transformers initializes biases to 0 and norm weights to 1: for these architectures the
+# biases (qwen2) and the q/k and post-branch norms (qwen3, olmo2) are what they add to
+# llama, so they get random values, else a model that ignored them would still pass.
+PERTURBED = {"qwen2", "qwen3", "olmo2"}
+
+
+def perturb_biases_and_norms(model) -> None:
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
+            elif "norm" in name:
+                param.copy_(1.0 + 0.3 * torch.randn_like(param))
 
 
 def t5_configs(vocab: int) -> dict:
@@ -216,6 +243,8 @@ def build(out: str) -> None:
         cls = transformers.T5ForConditionalGeneration if is_t5 else transformers.AutoModelForCausalLM
         config._attn_implementation = "eager"
         model = cls.from_config(config, dtype=torch.float32) if not is_t5 else cls(config)
+        if name in PERTURBED:
+            perturb_biases_and_norms(model)
         model.eval()
         model.save_pretrained(directory, safe_serialization=True)
         tokenizer = t5_tokenizer if is_t5 else decoder_tokenizer

@@ -157,12 +157,25 @@ fn tiny_models_match_transformers_token_for_token() {
         "gemma2",
         "phi",
         "phi3",
+        "qwen2",
+        "qwen3",
+        "olmo2",
         "t5",
         "t5-tied",
     ];
     let mut failures = Vec::new();
     for name in architectures {
-        let model_dir = dir.join(name);
+        // Tiny models made by an older make-tiny-models.py lack the newer architectures:
+        // skip those (a failure in CI) and still check the others.
+        let why = format!(
+            "no tiny {name} model in {} (rerun scripts/ci-install-local-models.sh)",
+            dir.display()
+        );
+        let Some(model_dir) =
+            skip::require(dir.join(name), |d| d.join("expected.json").is_file(), why)
+        else {
+            continue;
+        };
         let expected: Value = serde_json::from_str(
             &std::fs::read_to_string(model_dir.join("expected.json")).unwrap(),
         )

@@ -1,5 +1,5 @@
-//! The decoder-only transformer shared by the llama, mistral, gemma, gemma2, phi and phi3
-//! files: each architecture file turns its `config.json` (or GGUF metadata) into a
+//! The decoder-only transformer shared by the llama, mistral, gemma, gemma2, phi, phi3,
+//! qwen2, qwen3 and olmo2 files: each architecture file turns its `config.json` (or GGUF metadata) into a
 //! [`DecoderSpec`] and names its tensors; this file runs them over a batch with a KV cache.
 
 use std::sync::Arc;
@@ -36,6 +36,8 @@ pub struct DecoderSpec {
     pub attn_scale: f64,
     pub attn_softcap: Option<f64>,
     pub final_softcap: Option<f64>,
+    /// RMSNorm of queries and keys before rotary embeddings (qwen3, olmo2).
+    pub qk_norm: QkNorm,
     /// Sliding-window size per layer (mistral: all layers, gemma2: every other layer).
     pub sliding_window: Vec<Option<usize>>,
     pub names: TensorNames,
@@ -47,19 +49,33 @@ pub enum NormKind {
     Layer { eps: f32 },
 }
 
+/// Where queries and keys are normalized, after their projection and before rope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// Over each head's `head_dim` features, one weight shared by the heads (qwen3).
+    PerHead,
+    /// Over the whole projection, `heads * head_dim` weights (olmo2).
+    Whole,
+}
+
 /// Tensor name prefixes (without `.weight`/`.bias`); `{i}` stands for the layer index.
 #[derive(Debug, Clone)]
 pub struct TensorNames {
     pub embed: &'static str,
     pub final_norm: &'static str,
     pub lm_head: &'static str,
-    pub attn_norm: &'static str,
+    /// Norm before attention; `None` where the block normalizes outputs instead (olmo2).
+    pub attn_norm: Option<&'static str>,
     /// Fused `[q; k; v]` projection, tried before the separate ones.
     pub qkv: Option<&'static str>,
     pub q: &'static str,
     pub k: &'static str,
     pub v: &'static str,
     pub o: &'static str,
+    /// Query and key norms, read when the spec's `qk_norm` is not `None`.
+    pub q_norm: &'static str,
+    pub k_norm: &'static str,
     pub post_attn_norm: Option<&'static str>,
     pub ffn_norm: Option<&'static str>,
     pub post_ffn_norm: Option<&'static str>,
@@ -71,17 +87,20 @@ pub struct TensorNames {
 }
 
 impl TensorNames {
-    /// Hugging Face names of the llama family (llama, mistral, gemma, gemma2, phi3).
+    /// Hugging Face names of the llama family (llama, mistral, gemma, gemma2, phi3, qwen2,
+    /// qwen3, olmo2).
     pub const HF_LLAMA: TensorNames = TensorNames {
         embed: "model.embed_tokens",
         final_norm: "model.norm",
         lm_head: "lm_head",
-        attn_norm: "model.layers.{i}.input_layernorm",
+        attn_norm: Some("model.layers.{i}.input_layernorm"),
         qkv: None,
         q: "model.layers.{i}.self_attn.q_proj",
         k: "model.layers.{i}.self_attn.k_proj",
         v: "model.layers.{i}.self_attn.v_proj",
         o: "model.layers.{i}.self_attn.o_proj",
+        q_norm: "model.layers.{i}.self_attn.q_norm",
+        k_norm: "model.layers.{i}.self_attn.k_norm",
         post_attn_norm: None,
         ffn_norm: Some("model.layers.{i}.post_attention_layernorm"),
         post_ffn_norm: None,
@@ -96,12 +115,14 @@ impl TensorNames {
         embed: "token_embd",
         final_norm: "output_norm",
         lm_head: "output",
-        attn_norm: "blk.{i}.attn_norm",
+        attn_norm: Some("blk.{i}.attn_norm"),
         qkv: Some("blk.{i}.attn_qkv"),
         q: "blk.{i}.attn_q",
         k: "blk.{i}.attn_k",
         v: "blk.{i}.attn_v",
         o: "blk.{i}.attn_output",
+        q_norm: "blk.{i}.attn_q_norm",
+        k_norm: "blk.{i}.attn_k_norm",
         post_attn_norm: None,
         ffn_norm: Some("blk.{i}.ffn_norm"),
         post_ffn_norm: None,
@@ -153,8 +174,10 @@ impl Projection {
 
 #[derive(Debug, Clone)]
 struct Layer {
-    attn_norm: Norm,
+    attn_norm: Option<Norm>,
     qkv: Projection,
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
     o: Linear,
     post_attn_norm: Option<Norm>,
     ffn_norm: Option<Norm>,
@@ -288,9 +311,19 @@ impl DecoderModel {
              -> Result<Option<Norm>, LocalError> {
                 template.map(|t| norm(weights, &name(t))).transpose()
             };
+            let (q_norm, k_norm) = if spec.qk_norm == QkNorm::None {
+                (None, None)
+            } else {
+                (
+                    Some(norm(weights, &name(names.q_norm))?),
+                    Some(norm(weights, &name(names.k_norm))?),
+                )
+            };
             layers.push(Layer {
-                attn_norm: norm(weights, &name(names.attn_norm))?,
+                attn_norm: optional_norm(weights, names.attn_norm)?,
                 qkv,
+                q_norm,
+                k_norm,
                 o: Linear::load(weights, &name(names.o))?,
                 post_attn_norm: optional_norm(weights, names.post_attn_norm)?,
                 ffn_norm: if spec.parallel_block {
@@ -438,20 +471,36 @@ impl DecoderModel {
     ) -> CResult<Tensor> {
         let spec = &self.spec;
         let (batch, new, _) = xs.dims3()?;
-        let normed = layer.attn_norm.forward(xs)?;
-        let qkv = layer.qkv.forward(&normed)?;
-        let heads = |t: &Tensor, n: usize| -> CResult<Tensor> {
-            t.reshape((batch, new, n, spec.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()
+        let normed = match &layer.attn_norm {
+            Some(norm) => norm.forward(xs)?,
+            None => xs.clone(),
         };
-        let q = spec
-            .rope
-            .apply(&heads(&qkv[0], spec.num_heads)?, cos, sin)?;
-        let k = spec
-            .rope
-            .apply(&heads(&qkv[1], spec.num_kv_heads)?, cos, sin)?;
-        let v = heads(&qkv[2], spec.num_kv_heads)?;
+        let qkv = layer.qkv.forward(&normed)?;
+        // `(batch, new, n * head_dim)` to `(batch, n, new, head_dim)`, normed per head or
+        // over the whole projection first where the architecture says so.
+        let heads = |t: &Tensor, n: usize, norm: Option<&Norm>| -> CResult<Tensor> {
+            let t = match (spec.qk_norm, norm) {
+                (QkNorm::Whole, Some(norm)) => norm.forward(t)?,
+                _ => t.clone(),
+            };
+            let t = t.reshape((batch, new, n, spec.head_dim))?;
+            let t = match (spec.qk_norm, norm) {
+                (QkNorm::PerHead, Some(norm)) => norm.forward(&t)?,
+                _ => t,
+            };
+            t.transpose(1, 2)?.contiguous()
+        };
+        let q = spec.rope.apply(
+            &heads(&qkv[0], spec.num_heads, layer.q_norm.as_ref())?,
+            cos,
+            sin,
+        )?;
+        let k = spec.rope.apply(
+            &heads(&qkv[1], spec.num_kv_heads, layer.k_norm.as_ref())?,
+            cos,
+            sin,
+        )?;
+        let v = heads(&qkv[2], spec.num_kv_heads, None)?;
         let (k, v) = cache.append(offset, &k, &v)?;
         let attn = attention(&q, &k, &v, mask, spec.attn_scale, spec.attn_softcap, None)?;
         let attn = attn

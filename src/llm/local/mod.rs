@@ -7,7 +7,7 @@
 //! greedy by default, the test's max tokens, raw prompt, only the new text returned.
 //!
 //! Architectures: llama (Llama 2, 3, 3.1, SmolLM2), mistral, gemma, gemma2, phi (phi-2),
-//! phi3 and T5 (T0). They are our own small files (`arch/`) over one decoder
+//! phi3, qwen2 (Qwen2, Qwen2.5), qwen3, olmo2 and T5 (T0). They are our own small files (`arch/`) over one decoder
 //! (`decoder.rs`) rather than candle-transformers' models, because those keep their KV
 //! cache inside the model and have no padding mask: we need both a cache that can be
 //! copied per prompt (shared-prefix reuse) and batches of prompts of different lengths.

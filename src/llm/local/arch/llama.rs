@@ -2,7 +2,7 @@
 //! rotary embeddings (with Llama 3.1 scaling), grouped-query attention, SwiGLU MLP.
 
 use super::{Common, GgufHparams};
-use crate::llm::local::decoder::{DecoderSpec, NormKind, TensorNames};
+use crate::llm::local::decoder::{DecoderSpec, NormKind, QkNorm, TensorNames};
 
 /// `config.json` of llama checkpoints (the shared fields; see [`Common`]).
 pub type Config = Common;
@@ -29,6 +29,7 @@ pub fn spec(config: &Config) -> Result<DecoderSpec, String> {
         attn_scale: 1.0 / (head_dim as f64).sqrt(),
         attn_softcap: None,
         final_softcap: None,
+        qk_norm: QkNorm::None,
         sliding_window: vec![None; config.num_hidden_layers],
         names: TensorNames::HF_LLAMA,
     })

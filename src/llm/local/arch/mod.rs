@@ -5,15 +5,18 @@ pub mod gemma;
 pub mod gemma2;
 pub mod llama;
 pub mod mistral;
+pub mod olmo2;
 pub mod phi;
 pub mod phi3;
+pub mod qwen2;
+pub mod qwen3;
 pub mod t5;
 
 use std::path::Path;
 
 use serde::Deserialize;
 
-use super::decoder::{DecoderSpec, NormKind, TensorNames};
+use super::decoder::{DecoderSpec, NormKind, QkNorm, TensorNames};
 use super::error::{LocalError, SUPPORTED_GGUF_ARCHITECTURES, SUPPORTED_MODEL_TYPES};
 use super::layers::{Activation, Rope};
 use super::weights::GgufMetadata;
@@ -48,6 +51,9 @@ pub fn from_config_file(path: &Path) -> Result<(Architecture, Vec<u32>), LocalEr
         "gemma2" => Architecture::Decoder(Box::new(gemma2::spec(&parse(&json)?).map_err(bad)?)),
         "phi" => Architecture::Decoder(Box::new(phi::spec(&parse(&json)?).map_err(bad)?)),
         "phi3" => Architecture::Decoder(Box::new(phi3::spec(&parse(&json)?).map_err(bad)?)),
+        "qwen2" => Architecture::Decoder(Box::new(qwen2::spec(&parse(&json)?).map_err(bad)?)),
+        "qwen3" => Architecture::Decoder(Box::new(qwen3::spec(&parse(&json)?).map_err(bad)?)),
+        "olmo2" => Architecture::Decoder(Box::new(olmo2::spec(&parse(&json)?).map_err(bad)?)),
         "t5" => Architecture::T5(t5::Config::deserialize(&json).map_err(|e| bad(e.to_string()))?),
         other => {
             return Err(LocalError::UnsupportedArchitecture {
@@ -82,6 +88,9 @@ pub fn from_gguf(
         "gemma2" => Ok(gemma2::from_gguf(&gguf, meta)),
         "phi2" => Ok(phi::from_gguf(&gguf)),
         "phi3" => Ok(phi3::from_gguf(&gguf)),
+        "qwen2" => Ok(qwen2::from_gguf(&gguf)),
+        "qwen3" => Ok(qwen3::from_gguf(&gguf)),
+        "olmo2" => Ok(olmo2::from_gguf(&gguf)),
         other => Err(LocalError::UnsupportedArchitecture {
             path: path.to_path_buf(),
             found: format!("general.architecture = \"{other}\""),
@@ -125,6 +134,12 @@ pub struct Common {
     pub sliding_window: Option<usize>,
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
+    /// Qwen2/Qwen3: `sliding_window` applies only when this is true.
+    #[serde(default)]
+    pub use_sliding_window: Option<bool>,
+    /// Qwen2/Qwen3: the first layer that slides (without `layer_types`).
+    #[serde(default)]
+    pub max_window_layers: Option<usize>,
     #[serde(default)]
     pub query_pre_attn_scalar: Option<f64>,
     #[serde(default)]
@@ -273,6 +288,7 @@ impl GgufHparams {
             attn_scale: 1.0 / (self.head_dim as f64).sqrt(),
             attn_softcap: None,
             final_softcap: None,
+            qk_norm: QkNorm::None,
             sliding_window: vec![None; self.num_layers],
             names: TensorNames::GGUF,
         }
