@@ -255,7 +255,7 @@ fn write_trials(
     {
         let mut clear = tx
             .prepare_cached(&format!("DELETE FROM trials WHERE {CELL_MATCH}"))
-            .at(&path)?;
+            .at(path)?;
         let mut cleared: HashSet<(&str, &str, TestId, &str, u64)> = HashSet::new();
         for t in trials {
             let serialization = serialization_to_sql(&t.serialization);
@@ -274,7 +274,7 @@ fn write_trials(
                         serialization,
                         t.seed as i64
                     ])
-                    .at(&path)?;
+                    .at(path)?;
             }
         }
         let mut stmt = tx
@@ -282,7 +282,7 @@ fn write_trials(
                 "INSERT OR REPLACE INTO trials ({TRIAL_COLUMNS})
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
             ))
-            .at(&path)?;
+            .at(path)?;
         for t in trials {
             let expected = serde_json::to_string(&t.expected).expect("Expected serializes to JSON");
             stmt.execute(rusqlite::params![
@@ -300,7 +300,7 @@ fn write_trials(
                 t.verdict.passed,
                 t.verdict.invalid,
             ])
-            .at(&path)?;
+            .at(path)?;
         }
     }
     Ok(())
@@ -319,21 +319,21 @@ fn write_cells(
                 "INSERT OR REPLACE INTO cells ({CELL_COLUMNS})
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
             ))
-            .at(&path)?;
+            .at(path)?;
         let mut clear_trials = tx
             .prepare_cached(&format!(
                 "DELETE FROM trials WHERE {CELL_MATCH} AND run_id IS NOT ?6"
             ))
-            .at(&path)?;
+            .at(path)?;
         let mut clear_samples = tx
             .prepare_cached(&format!("DELETE FROM cell_samples WHERE {CELL_MATCH}"))
-            .at(&path)?;
+            .at(path)?;
         let mut put_sample = tx
             .prepare_cached(&format!(
                 "INSERT INTO cell_samples ({SAMPLE_COLUMNS})
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
             ))
-            .at(&path)?;
+            .at(path)?;
         for c in cells {
             let serialization = serialization_to_sql(&c.serialization);
             if let (Some(run), true) = (run, c.source == OWN_SOURCE) {
@@ -344,7 +344,7 @@ fn write_cells(
                     serialization,
                     c.seed as i64
                 ];
-                clear_samples.execute(cell).at(&path)?;
+                clear_samples.execute(cell).at(path)?;
                 clear_trials
                     .execute(rusqlite::params![
                         c.model,
@@ -354,7 +354,7 @@ fn write_cells(
                         c.seed as i64,
                         run.0
                     ])
-                    .at(&path)?;
+                    .at(path)?;
                 for (sample, result) in c.samples.iter().enumerate() {
                     put_sample
                         .execute(rusqlite::params![
@@ -371,7 +371,7 @@ fn write_cells(
                             result.passed_trials as i64,
                             result.invalid_trials as i64,
                         ])
-                        .at(&path)?;
+                        .at(path)?;
                 }
             }
             stmt.execute(rusqlite::params![
@@ -389,7 +389,7 @@ fn write_cells(
                 c.result.invalid_trials as i64,
                 c.skipped,
             ])
-            .at(&path)?;
+            .at(path)?;
         }
     }
     Ok(())
