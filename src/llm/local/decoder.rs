@@ -1,5 +1,5 @@
-//! The decoder-only transformer shared by the llama, mistral, gemma, gemma2, phi and phi3
-//! files: each architecture file turns its `config.json` (or GGUF metadata) into a
+//! The decoder-only transformer shared by the llama, mistral, gemma, gemma2, gemma3, phi
+//! and phi3 files: each architecture file turns its `config.json` (or GGUF metadata) into a
 //! [`DecoderSpec`] and names its tensors; this file runs them over a batch with a KV cache.
 
 use std::sync::Arc;
@@ -26,6 +26,9 @@ pub struct DecoderSpec {
     /// Gemma stores `w` for a norm computing `x * (1 + w)`; GGUF files already hold `1 + w`.
     pub norm_unit_offset: bool,
     pub rope: Rope,
+    /// Rotary embedding of the sliding-window layers when it differs from `rope` (Gemma 3:
+    /// base 10 000 locally, 1 000 000 on the global layers).
+    pub local_rope: Option<Rope>,
     pub activation: Activation,
     /// `down(act(gate(x)) * up(x))` (llama…) or `down(act(up(x)))` (phi).
     pub gated_mlp: bool,
@@ -60,6 +63,9 @@ pub struct TensorNames {
     pub k: &'static str,
     pub v: &'static str,
     pub o: &'static str,
+    /// Per-head RMSNorm of queries and keys before the rotary embedding (Gemma 3).
+    pub q_norm: Option<&'static str>,
+    pub k_norm: Option<&'static str>,
     pub post_attn_norm: Option<&'static str>,
     pub ffn_norm: Option<&'static str>,
     pub post_ffn_norm: Option<&'static str>,
@@ -82,6 +88,8 @@ impl TensorNames {
         k: "model.layers.{i}.self_attn.k_proj",
         v: "model.layers.{i}.self_attn.v_proj",
         o: "model.layers.{i}.self_attn.o_proj",
+        q_norm: None,
+        k_norm: None,
         post_attn_norm: None,
         ffn_norm: Some("model.layers.{i}.post_attention_layernorm"),
         post_ffn_norm: None,
@@ -102,6 +110,8 @@ impl TensorNames {
         k: "blk.{i}.attn_k",
         v: "blk.{i}.attn_v",
         o: "blk.{i}.attn_output",
+        q_norm: None,
+        k_norm: None,
         post_attn_norm: None,
         ffn_norm: Some("blk.{i}.ffn_norm"),
         post_ffn_norm: None,
@@ -156,6 +166,8 @@ struct Layer {
     attn_norm: Norm,
     qkv: Projection,
     o: Linear,
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
     post_attn_norm: Option<Norm>,
     ffn_norm: Option<Norm>,
     post_ffn_norm: Option<Norm>,
@@ -203,6 +215,13 @@ impl std::fmt::Debug for Embedding {
             }
         }
     }
+}
+
+/// The rotary embedding of one layer with its `cos`/`sin` tables for this step.
+struct RotaryTables<'a> {
+    rope: &'a Rope,
+    cos: &'a Tensor,
+    sin: &'a Tensor,
 }
 
 #[derive(Debug, Clone)]
@@ -292,6 +311,8 @@ impl DecoderModel {
                 attn_norm: norm(weights, &name(names.attn_norm))?,
                 qkv,
                 o: Linear::load(weights, &name(names.o))?,
+                q_norm: optional_norm(weights, names.q_norm)?,
+                k_norm: optional_norm(weights, names.k_norm)?,
                 post_attn_norm: optional_norm(weights, names.post_attn_norm)?,
                 ffn_norm: if spec.parallel_block {
                     None
@@ -386,10 +407,16 @@ impl DecoderModel {
             let factor = (self.spec.hidden_size as f32).sqrt();
             xs = (xs * factor as f64)?;
         }
-        let (cos, sin) = self
+        let global_tables = self
             .spec
             .rope
             .tables(step.positions, &self.device, self.dtype)?;
+        let local_tables = self
+            .spec
+            .local_rope
+            .as_ref()
+            .map(|rope| rope.tables(step.positions, &self.device, self.dtype))
+            .transpose()?;
         // Grouped-query attention folds the query groups into rows: repeat the masks to
         // match once here rather than in every layer.
         let group = self.spec.num_heads / self.spec.num_kv_heads.max(1);
@@ -406,12 +433,17 @@ impl DecoderModel {
         let full = grouped(step.masks.full.as_ref())?;
         let sliding = grouped(step.masks.sliding.as_ref())?;
         for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
-            let mask = if layer.sliding_window.is_some() {
-                sliding.as_ref()
-            } else {
-                full.as_ref()
+            let (mask, rope, (cos, sin)) = match (layer.sliding_window, &local_tables) {
+                (Some(_), Some(tables)) => (
+                    sliding.as_ref(),
+                    self.spec.local_rope.as_ref().unwrap_or(&self.spec.rope),
+                    tables,
+                ),
+                (Some(_), None) => (sliding.as_ref(), &self.spec.rope, &global_tables),
+                (None, _) => (full.as_ref(), &self.spec.rope, &global_tables),
             };
-            xs = self.layer_forward(layer, &xs, &cos, &sin, mask, step.offset, layer_cache)?;
+            let rotary = RotaryTables { rope, cos, sin };
+            xs = self.layer_forward(layer, &xs, &rotary, mask, step.offset, layer_cache)?;
         }
         if !step.want_logits {
             return Ok(None);
@@ -430,8 +462,7 @@ impl DecoderModel {
         &self,
         layer: &Layer,
         xs: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        rotary: &RotaryTables,
         mask: Option<&Tensor>,
         offset: usize,
         cache: &mut LayerCache,
@@ -445,12 +476,16 @@ impl DecoderModel {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let q = spec
-            .rope
-            .apply(&heads(&qkv[0], spec.num_heads)?, cos, sin)?;
-        let k = spec
-            .rope
-            .apply(&heads(&qkv[1], spec.num_kv_heads)?, cos, sin)?;
+        let per_head_norm = |t: Tensor, norm: &Option<Norm>| -> CResult<Tensor> {
+            match norm {
+                Some(norm) => norm.forward(&t),
+                None => Ok(t),
+            }
+        };
+        let q = per_head_norm(heads(&qkv[0], spec.num_heads)?, &layer.q_norm)?;
+        let k = per_head_norm(heads(&qkv[1], spec.num_kv_heads)?, &layer.k_norm)?;
+        let q = rotary.rope.apply(&q, rotary.cos, rotary.sin)?;
+        let k = rotary.rope.apply(&k, rotary.cos, rotary.sin)?;
         let v = heads(&qkv[2], spec.num_kv_heads)?;
         let (k, v) = cache.append(offset, &k, &v)?;
         let attn = attention(&q, &k, &v, mask, spec.attn_scale, spec.attn_softcap, None)?;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 pub const SUPPORTED_MODEL_TYPES: &str = "llama, mistral, gemma, gemma2, phi, phi3, t5";
 /// Architectures the local backend runs from GGUF files (`general.architecture`).
 pub const SUPPORTED_GGUF_ARCHITECTURES: &str =
-    "llama (also Mistral and SmolLM2), gemma, gemma2, phi2, phi3";
+    "llama (also Mistral and SmolLM2), gemma, gemma2, gemma3, phi2, phi3";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
