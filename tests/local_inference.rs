@@ -375,6 +375,12 @@ async fn gemma3_gguf_matches_llama_cpp() {
     let Some(binary) = llama_server_path() else {
         return;
     };
+    // `<eos>` and, as in llama.cpp, `<end_of_turn>` end generation.
+    let model = LocalModel::load(&gguf, &LocalOptions::default()).unwrap();
+    let end_of_turn = model.tokenize("<end_of_turn>").unwrap();
+    assert_eq!(end_of_turn.len(), 2, "BOS + <end_of_turn>: {end_of_turn:?}");
+    assert!(model.eos_ids().contains(&1) && model.eos_ids().contains(&end_of_turn[1]));
+    drop(model);
     assert_matches_llama_cpp(&binary, &gguf, "gemma3 270M Q4_K_M", &GEMMA3_PROMPTS, 32).await;
 }
 
@@ -464,10 +470,13 @@ async fn assert_matches_llama_cpp(
             .take_while(|(a, b)| a == b)
             .count();
         eprintln!(
-            "{label}: {} prompt tokens, {agreeing}/{} generated tokens equal, first gap < {QUANTIZED_GAP_TOLERANCE} at step {compare} ({:?})",
+            "{label}: {} prompt tokens, {agreeing}/{} generated tokens equal, our first gap < {QUANTIZED_GAP_TOLERANCE}: {:?}",
             prompt.len(),
             theirs.len().max(ours.ids.len()),
-            ours.logit_gaps.get(compare),
+            ours.logit_gaps
+                .iter()
+                .enumerate()
+                .find(|(_, gap)| **gap < QUANTIZED_GAP_TOLERANCE),
         );
     }
     eprintln!(

@@ -202,6 +202,9 @@ impl LocalModel {
                 .iter()
                 .filter_map(|key| meta.u32(key))
                 .collect();
+                // llama.cpp also ends generation at Gemma's end-of-turn token, which GGUF
+                // files name only by its text.
+                eos.extend(tokenizer.token_id("<end_of_turn>"));
                 eos.dedup();
                 (
                     Network::Decoder(Box::new(DecoderModel::load(&mut weights, spec)?)),
