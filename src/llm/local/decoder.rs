@@ -1,5 +1,6 @@
-//! The decoder-only transformer shared by the llama, mistral, gemma, gemma2, phi, phi3,
-//! qwen2, qwen3 and olmo2 files: each architecture file turns its `config.json` (or GGUF metadata) into a
+//! The decoder-only transformer shared by the llama, mistral, gemma, gemma2, gemma3, phi,
+//! phi3, qwen2, qwen3 and olmo2 files: each architecture file turns its `config.json` (or
+//! GGUF metadata) into a
 //! [`DecoderSpec`] and names its tensors; this file runs them over a batch with a KV cache.
 
 use std::sync::Arc;
@@ -26,6 +27,9 @@ pub struct DecoderSpec {
     /// Gemma stores `w` for a norm computing `x * (1 + w)`; GGUF files already hold `1 + w`.
     pub norm_unit_offset: bool,
     pub rope: Rope,
+    /// Rotary embedding of the sliding-window layers when it differs from `rope` (Gemma 3:
+    /// base 10 000 locally, 1 000 000 on the global layers).
+    pub local_rope: Option<Rope>,
     pub activation: Activation,
     /// `down(act(gate(x)) * up(x))` (llama…) or `down(act(up(x)))` (phi).
     pub gated_mlp: bool,
@@ -228,6 +232,13 @@ impl std::fmt::Debug for Embedding {
     }
 }
 
+/// The rotary embedding of one layer with its `cos`/`sin` tables for this step.
+struct RotaryTables<'a> {
+    rope: &'a Rope,
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+}
+
 #[derive(Debug, Clone)]
 pub struct DecoderModel {
     pub spec: DecoderSpec,
@@ -419,10 +430,16 @@ impl DecoderModel {
             let factor = (self.spec.hidden_size as f32).sqrt();
             xs = (xs * factor as f64)?;
         }
-        let (cos, sin) = self
+        let global_tables = self
             .spec
             .rope
             .tables(step.positions, &self.device, self.dtype)?;
+        let local_tables = self
+            .spec
+            .local_rope
+            .as_ref()
+            .map(|rope| rope.tables(step.positions, &self.device, self.dtype))
+            .transpose()?;
         // Grouped-query attention folds the query groups into rows: repeat the masks to
         // match once here rather than in every layer.
         let group = self.spec.num_heads / self.spec.num_kv_heads.max(1);
@@ -439,12 +456,17 @@ impl DecoderModel {
         let full = grouped(step.masks.full.as_ref())?;
         let sliding = grouped(step.masks.sliding.as_ref())?;
         for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
-            let mask = if layer.sliding_window.is_some() {
-                sliding.as_ref()
-            } else {
-                full.as_ref()
+            let (mask, rope, (cos, sin)) = match (layer.sliding_window, &local_tables) {
+                (Some(_), Some(tables)) => (
+                    sliding.as_ref(),
+                    self.spec.local_rope.as_ref().unwrap_or(&self.spec.rope),
+                    tables,
+                ),
+                (Some(_), None) => (sliding.as_ref(), &self.spec.rope, &global_tables),
+                (None, _) => (full.as_ref(), &self.spec.rope, &global_tables),
             };
-            xs = self.layer_forward(layer, &xs, &cos, &sin, mask, step.offset, layer_cache)?;
+            let rotary = RotaryTables { rope, cos, sin };
+            xs = self.layer_forward(layer, &xs, &rotary, mask, step.offset, layer_cache)?;
         }
         if !step.want_logits {
             return Ok(None);
@@ -463,8 +485,7 @@ impl DecoderModel {
         &self,
         layer: &Layer,
         xs: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        rotary: &RotaryTables,
         mask: Option<&Tensor>,
         offset: usize,
         cache: &mut LayerCache,
@@ -490,16 +511,10 @@ impl DecoderModel {
             };
             t.transpose(1, 2)?.contiguous()
         };
-        let q = spec.rope.apply(
-            &heads(&qkv[0], spec.num_heads, layer.q_norm.as_ref())?,
-            cos,
-            sin,
-        )?;
-        let k = spec.rope.apply(
-            &heads(&qkv[1], spec.num_kv_heads, layer.k_norm.as_ref())?,
-            cos,
-            sin,
-        )?;
+        let q = heads(&qkv[0], spec.num_heads, layer.q_norm.as_ref())?;
+        let k = heads(&qkv[1], spec.num_kv_heads, layer.k_norm.as_ref())?;
+        let q = rotary.rope.apply(&q, rotary.cos, rotary.sin)?;
+        let k = rotary.rope.apply(&k, rotary.cos, rotary.sin)?;
         let v = heads(&qkv[2], spec.num_kv_heads, None)?;
         let (k, v) = cache.append(offset, &k, &v)?;
         let attn = attention(&q, &k, &v, mask, spec.attn_scale, spec.attn_softcap, None)?;

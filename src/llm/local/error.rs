@@ -7,7 +7,7 @@ pub const SUPPORTED_MODEL_TYPES: &str =
     "llama, mistral, gemma, gemma2, phi, phi3, qwen2, qwen3, olmo2, t5";
 /// Architectures the local backend runs from GGUF files (`general.architecture`).
 pub const SUPPORTED_GGUF_ARCHITECTURES: &str =
-    "llama (also Mistral and SmolLM2), gemma, gemma2, phi2, phi3, qwen2, qwen3, olmo2";
+    "llama (also Mistral and SmolLM2), gemma, gemma2, gemma3, phi2, phi3, qwen2, qwen3, olmo2";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {

@@ -6,8 +6,9 @@
 //! `tokenizer.json` lies beside it), and generates the way the paper ran open-weight models:
 //! greedy by default, the test's max tokens, raw prompt, only the new text returned.
 //!
-//! Architectures: llama (Llama 2, 3, 3.1, SmolLM2), mistral, gemma, gemma2, phi (phi-2),
-//! phi3, qwen2 (Qwen2, Qwen2.5), qwen3, olmo2 and T5 (T0). They are our own small files (`arch/`) over one decoder
+//! Architectures: llama (Llama 2, 3, 3.1, SmolLM2), mistral, gemma, gemma2, gemma3 (GGUF),
+//! phi (phi-2), phi3, qwen2 (Qwen2, Qwen2.5), qwen3, olmo2 and T5 (T0). They are our own
+//! small files (`arch/`) over one decoder
 //! (`decoder.rs`) rather than candle-transformers' models, because those keep their KV
 //! cache inside the model and have no padding mask: we need both a cache that can be
 //! copied per prompt (shared-prefix reuse) and batches of prompts of different lengths.
@@ -202,6 +203,9 @@ impl LocalModel {
                 .iter()
                 .filter_map(|key| meta.u32(key))
                 .collect();
+                // llama.cpp also ends generation at Gemma's end-of-turn token, which GGUF
+                // files name only by its text.
+                eos.extend(tokenizer.token_id("<end_of_turn>"));
                 eos.dedup();
                 (
                     Network::Decoder(Box::new(DecoderModel::load(&mut weights, spec)?)),

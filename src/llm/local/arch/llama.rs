@@ -22,6 +22,7 @@ pub fn spec(config: &Config) -> Result<DecoderSpec, String> {
         },
         norm_unit_offset: false,
         rope: config.rope(head_dim)?,
+        local_rope: None,
         activation: config.activation("silu")?,
         gated_mlp: true,
         parallel_block: false,

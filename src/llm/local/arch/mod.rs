@@ -3,6 +3,7 @@
 
 pub mod gemma;
 pub mod gemma2;
+pub mod gemma3;
 pub mod llama;
 pub mod mistral;
 pub mod olmo2;
@@ -86,6 +87,7 @@ pub fn from_gguf(
         "llama" | "mistral" => Ok(llama::from_gguf(&gguf)),
         "gemma" => Ok(gemma::from_gguf(&gguf)),
         "gemma2" => Ok(gemma2::from_gguf(&gguf, meta)),
+        "gemma3" => Ok(gemma3::from_gguf(&gguf, meta)),
         "phi2" => Ok(phi::from_gguf(&gguf)),
         "phi3" => Ok(phi3::from_gguf(&gguf)),
         "qwen2" => Ok(qwen2::from_gguf(&gguf)),
@@ -281,6 +283,7 @@ impl GgufHparams {
             norm: NormKind::Rms { eps: self.rms_eps },
             norm_unit_offset: false,
             rope: Rope::new(self.rope_theta, self.rotary_dim, interleaved_rope),
+            local_rope: None,
             activation: Activation::Silu,
             gated_mlp: true,
             parallel_block: false,
