@@ -1,7 +1,7 @@
 //! A tiny llama (2 layers, hidden 32, random weights, word-level tokenizer) written from
 //! Rust, for tests that need a local model that loads and generates without downloads.
-//! (A copy of the helper in tests/local_inference.rs, shared by tests that run it through
-//! `tabcontam run`.)
+//! Shared by tests/local_inference.rs (engine checks) and tests that run it through
+//! `tabcontam run` (tests/failures.rs).
 
 #![allow(dead_code)]
 
