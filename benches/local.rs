@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
+use tabcontam::infer::fetch::DEFAULT_MODEL_FILE;
+use tabcontam::infer::{LocalModel, LocalOptions};
 use tabcontam::llm::GenerationParams;
-use tabcontam::llm::local::fetch::DEFAULT_MODEL_FILE;
-use tabcontam::llm::local::{LocalModel, LocalOptions};
 
 fn assets_dir() -> PathBuf {
     std::env::var_os("TABCONTAM_TEST_ASSETS").map_or_else(

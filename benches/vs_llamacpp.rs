@@ -19,8 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tabcontam::llm::local::fetch::DEFAULT_MODEL_FILE;
-use tabcontam::llm::local::{LocalModel, LocalOptions};
+use tabcontam::infer::fetch::DEFAULT_MODEL_FILE;
+use tabcontam::infer::{LocalModel, LocalOptions};
 use tabcontam::llm::{GenerationParams, Request};
 use tabcontam::run::session;
 

@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
 use serde_json::{Value, json};
+use tabcontam::infer::fetch::{DEFAULT_MODEL_FILE, ensure_default_model_in};
+use tabcontam::infer::{Finish, LocalError, LocalModel, LocalOptions};
 use tabcontam::llm::GenerationParams;
-use tabcontam::llm::local::fetch::{DEFAULT_MODEL_FILE, ensure_default_model_in};
-use tabcontam::llm::local::{Finish, LocalError, LocalModel, LocalOptions};
 
 /// Steps whose two best logits (in transformers) are closer than this may flip under a
 /// different float summation order; comparison stops at the first such step.

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 
 use crate::dataset::catalog::builtin_descriptors;
-use crate::llm::{BackendKind, ModelIdentity};
 use crate::probe::{CellResult, TestId};
+use crate::request::{BackendKind, ModelIdentity};
 use crate::store::{CellRow, ModelRow};
 
 /// The `source` of imported paper cells.

@@ -31,7 +31,7 @@ pub struct ModelPlan {
 /// Counts the cache hits of a prepared plan, per model.
 pub fn summarize(
     prepared: &Prepared,
-    cached: &std::collections::HashSet<crate::llm::RequestKey>,
+    cached: &std::collections::HashSet<crate::request::RequestKey>,
 ) -> Vec<ModelPlan> {
     let spec = &prepared.spec;
     let mut per_model: BTreeMap<usize, ModelPlan> = BTreeMap::new();

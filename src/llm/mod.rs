@@ -1,5 +1,6 @@
-//! Model backends: request/response types, the content-addressed request key, and clients
-//! for OpenAI-compatible servers, Anthropic, Gemini and local weights.
+//! Remote model backends: clients for OpenAI-compatible servers, Anthropic and Gemini, with
+//! retries, rate limits and error classes. The request types live in `crate::request` and the
+//! in-process engine in `crate::infer`.
 //!
 //! Architecture Invariant: `llm` is the only module that talks to model servers. API keys
 //! are read from the environment at client construction and live only inside the client;
@@ -9,102 +10,10 @@ pub mod anthropic;
 pub mod client;
 pub mod error;
 pub mod gemini;
-pub mod key;
 pub mod limits;
-pub mod local;
 pub mod openai;
 pub mod retry;
 
-use serde::{Deserialize, Serialize};
-
-pub use key::RequestKey;
-
-/// Which protocol a model speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendKind {
-    /// `/v1/completions` or `/v1/chat/completions` (OpenAI, vLLM, llama.cpp, Ollama, TGI…).
-    OpenaiCompatible,
-    /// Anthropic Messages API.
-    Anthropic,
-    /// Google Gemini `generateContent`.
-    Gemini,
-    /// In-process inference with candle.
-    Local,
-}
-
-impl BackendKind {
-    pub fn id(self) -> &'static str {
-        match self {
-            BackendKind::OpenaiCompatible => "openai-compatible",
-            BackendKind::Anthropic => "anthropic",
-            BackendKind::Gemini => "gemini",
-            BackendKind::Local => "local",
-        }
-    }
-}
-
-/// Raw completion (the paper's setting for base models) or one user message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum ApiMode {
-    #[default]
-    Completions,
-    Chat,
-}
-
-/// What identifies a model's answers in the cache: a changed revision never reuses answers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ModelIdentity {
-    pub backend: BackendKind,
-    /// The model name sent to the API (or the local model's name).
-    pub model: String,
-    /// Snapshot name for APIs (e.g. `gpt-4o-2024-08-06`), weights digest for local files.
-    pub revision: String,
-}
-
-/// Generation parameters. Every field is part of the request key.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GenerationParams {
-    pub max_tokens: u32,
-    /// 0 = greedy (SPEC §5 default).
-    pub temperature: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
-    /// API seed where supported (SPEC §5: 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stop: Vec<String>,
-}
-
-/// One request to one model. The cache key is computed from exactly these fields.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Request {
-    pub model: ModelIdentity,
-    pub api: ApiMode,
-    /// Raw prompt (completions) or the single user message (chat).
-    pub prompt: String,
-    pub params: GenerationParams,
-    /// Sample index: with sampling (temperature > 0), each sample is its own cache entry.
-    pub sample: u32,
-}
-
-impl Request {
-    pub fn key(&self) -> RequestKey {
-        RequestKey::of(self)
-    }
-}
-
-/// A successful, complete response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Response {
-    /// Newly generated text only (the prompt is never echoed).
-    pub text: String,
-    /// `stop`, `length`, … as the server reported it.
-    pub finish_reason: Option<String>,
-    pub prompt_tokens: Option<u32>,
-    pub completion_tokens: Option<u32>,
-    /// Wall time of the successful attempt.
-    pub latency_ms: u64,
-}
+pub use crate::request::{
+    ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, RequestKey, Response,
+};

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use super::plan::{NO_SERIALIZATION, Plan};
 use super::spec::Spec;
 use crate::decide::{Alg1Profile, Dictionary};
-use crate::llm::{RequestKey, Response};
 use crate::probe::{self, TrialVerdict};
+use crate::request::{RequestKey, Response};
 use crate::store::{CellRow, OWN_SOURCE, TrialRow};
 
 /// Verdicts of the trials of every complete cell, and those cells.

@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use super::local_exec::{LocalWork, run_local_models};
 use crate::llm::client::Client;
 use crate::llm::error::ErrorClass;
-use crate::llm::{Request, Response};
+use crate::request::{Request, Response};
 use crate::store::{RunId, Store};
 
 /// What happened to the requests of one model.

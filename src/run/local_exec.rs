@@ -15,11 +15,11 @@ use indicatif::ProgressBar;
 
 use super::execute::{Outcome, OutcomeSender};
 use super::spec::ModelSpec;
-use crate::llm::Request;
+use crate::infer::fetch::{DEFAULT_MODEL_FILE, ensure_default_model, models_dir};
+use crate::infer::files::{ModelFiles, weights_digest};
+use crate::infer::{LocalModel, LocalOptions};
 use crate::llm::error::ErrorClass;
-use crate::llm::local::fetch::{DEFAULT_MODEL_FILE, ensure_default_model, models_dir};
-use crate::llm::local::files::{ModelFiles, weights_digest};
-use crate::llm::local::{LocalModel, LocalOptions};
+use crate::request::Request;
 
 /// The `model` value that names the embedded default model (fetched when missing).
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -158,7 +158,7 @@ pub(super) fn run_local_models(
 /// Why a local model stopped, and which of its requests failed with it.
 struct LocalFailure {
     kind: &'static str,
-    /// The [`LocalError`](crate::llm::local::LocalError)'s message (it names the file at fault and the fix).
+    /// The [`LocalError`](crate::infer::LocalError)'s message (it names the file at fault and the fix).
     message: String,
     batch: std::ops::Range<usize>,
 }

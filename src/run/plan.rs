@@ -8,8 +8,8 @@ use indexmap::IndexMap;
 
 use super::spec::{ModelSpec, Spec, sample_seed};
 use crate::dataset::{Dataset, Serialization};
-use crate::llm::{GenerationParams, ModelIdentity, Request, RequestKey};
 use crate::probe::{self, ProbeContext, Prompt, PromptPack, TestId};
+use crate::request::{GenerationParams, ModelIdentity, Request, RequestKey};
 
 pub use crate::probe::NO_SERIALIZATION;
 

@@ -119,7 +119,7 @@ pub fn prepare(
         .models
         .iter()
         .map(|m| {
-            if m.backend != crate::llm::BackendKind::Local {
+            if m.backend != crate::request::BackendKind::Local {
                 return Ok(identity(m, None));
             }
             // Local weights are identified by their digest; weights not downloaded yet get

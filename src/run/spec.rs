@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::Serialization;
-use crate::llm::{ApiMode, BackendKind};
 use crate::probe::TestId;
+use crate::request::{ApiMode, BackendKind};
 
 /// One `[[models]]` entry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -21,7 +21,7 @@ use super::session::{Prepared, prepare};
 use super::spec::Spec;
 use crate::decide::Dictionary;
 use crate::llm::client::Client;
-use crate::llm::{BackendKind, RequestKey};
+use crate::request::{BackendKind, RequestKey};
 use crate::store::{ModelRow, RunCounts, RunId, RunStatus, Store};
 
 /// How long a remote model may take to answer the preflight check.

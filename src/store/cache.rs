@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params_from_iter};
 
 use super::error::{AtPath, Result};
 use super::{Store, enum_column, json_column};
-use crate::llm::{ApiMode, ModelIdentity, Request, RequestKey, Response};
+use crate::request::{ApiMode, ModelIdentity, Request, RequestKey, Response};
 
 /// Keys per `IN (…)` probe: large enough to amortize statement overhead, far below
 /// SQLite's limit on bound parameters.

@@ -1,5 +1,5 @@
 //! The cache and result store: one SQLite file holding every request and response
-//! (content-addressed by [`RequestKey`](crate::llm::RequestKey)), the models, datasets and
+//! (content-addressed by [`RequestKey`](crate::request::RequestKey)), the models, datasets and
 //! runs, and the trial and cell results that reports are computed from.
 //!
 //! Architecture Invariant: `store` is the only module that touches SQLite, and [`Store`]

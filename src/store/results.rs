@@ -14,8 +14,8 @@ use serde::Serialize;
 use super::error::{AtPath, Result};
 use super::runs::{RunId, serialize_key};
 use super::{Store, enum_column, json_column};
-use crate::llm::RequestKey;
 use crate::probe::{CellResult, Expected, NO_SERIALIZATION, TestId, TrialVerdict};
+use crate::request::RequestKey;
 
 /// The `source` of cells decided by tabcontam itself (imported results name their own).
 pub const OWN_SOURCE: &str = "tabcontam";

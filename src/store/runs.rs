@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::cache::insert_request;
 use super::error::{AtPath, Result};
 use super::{NOW, Store, enum_column, json_column};
-use crate::llm::{ModelIdentity, Request, RequestKey};
+use crate::request::{ModelIdentity, Request, RequestKey};
 
 /// Failure messages are cut to this many characters: a server may answer with a page.
 const MAX_FAILURE_MESSAGE: usize = 2_000;

@@ -6,7 +6,7 @@ use super::error::{AtPath, Result};
 use super::migrations;
 use super::runs::{FailureRow, RunRow};
 use super::{Store, enum_column};
-use crate::llm::BackendKind;
+use crate::request::BackendKind;
 
 /// How many runs and failures the status lists.
 const LAST_RUNS: usize = 10;

@@ -2,8 +2,8 @@
 //! embeddings scaled by `sqrt(hidden)`, GeGLU MLP and tied embeddings.
 
 use super::{Common, GgufHparams};
-use crate::llm::local::decoder::DecoderSpec;
-use crate::llm::local::layers::Activation;
+use crate::infer::decoder::DecoderSpec;
+use crate::infer::layers::Activation;
 
 /// `config.json` of gemma checkpoints.
 pub type Config = Common;

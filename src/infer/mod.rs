@@ -53,7 +53,7 @@ use candle_core::{DType, Device};
 pub use error::LocalError;
 pub use files::{ModelFiles, WeightFormat, weights_digest};
 
-use super::{GenerationParams, Response};
+use crate::request::{GenerationParams, Response};
 use arch::Architecture;
 use arch::t5::T5Model;
 use decoder::DecoderModel;

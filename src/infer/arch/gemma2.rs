@@ -2,8 +2,8 @@
 //! around the MLP, logit soft-capping, and sliding-window attention on every other layer.
 
 use super::{Common, GgufHparams};
-use crate::llm::local::decoder::{DecoderSpec, TensorNames};
-use crate::llm::local::weights::GgufMetadata;
+use crate::infer::decoder::{DecoderSpec, TensorNames};
+use crate::infer::weights::GgufMetadata;
 
 /// `config.json` of gemma2 checkpoints.
 pub type Config = Common;

@@ -2,8 +2,8 @@
 //! the same normed input, partial rotary embeddings, GELU MLP, biases everywhere.
 
 use super::{Common, GgufHparams};
-use crate::llm::local::decoder::{DecoderSpec, NormKind, TensorNames};
-use crate::llm::local::layers::Activation;
+use crate::infer::decoder::{DecoderSpec, NormKind, TensorNames};
+use crate::infer::layers::Activation;
 
 /// `config.json` of phi checkpoints.
 pub type Config = Common;

@@ -3,9 +3,9 @@
 //! rotary base on the sliding layers, and no logit soft-capping.
 
 use super::GgufHparams;
-use crate::llm::local::decoder::{DecoderSpec, QkNorm, TensorNames};
-use crate::llm::local::layers::Rope;
-use crate::llm::local::weights::GgufMetadata;
+use crate::infer::decoder::{DecoderSpec, QkNorm, TensorNames};
+use crate::infer::layers::Rope;
+use crate::infer::weights::GgufMetadata;
 
 /// Every sixth layer attends globally, the other five through the sliding window
 /// (llama.cpp's `set_swa_pattern(6)`, transformers' `sliding_window_pattern = 6`).

@@ -5,9 +5,9 @@
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
-use crate::llm::local::error::LocalError;
-use crate::llm::local::layers::{Activation, CResult, LayerCache, Linear, Norm, attention};
-use crate::llm::local::weights::Weights;
+use crate::infer::error::LocalError;
+use crate::infer::layers::{Activation, CResult, LayerCache, Linear, Norm, attention};
+use crate::infer::weights::Weights;
 
 /// `config.json` of T5 checkpoints (names and defaults follow transformers).
 #[derive(Debug, Clone, Deserialize)]
