@@ -5,6 +5,7 @@
 //! [`rng::TrialRng`] keyed by (seed, dataset, test, trial, serialization).
 
 mod classify;
+pub mod echo;
 mod knowledge;
 mod membership;
 mod memorization;
