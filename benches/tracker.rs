@@ -21,7 +21,7 @@ use mock_server::{MockConfig, MockServer};
 use tabcontam::llm::client::Client;
 use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, Response};
 use tabcontam::probe::Expected;
-use tabcontam::run::execute::{ModelWork, Work, send_all};
+use tabcontam::run::execute::{ModelWork, ProgressMode, Work, send_all};
 use tabcontam::run::session::prepare;
 use tabcontam::store::Store;
 
@@ -240,11 +240,12 @@ fn bench_throughput() {
             client,
             requests: requests(N, "concurrent"),
             cached: 0,
+            price_per_mtok: None,
         }],
         local: Vec::new(),
     };
     let started = Instant::now();
-    let (store, outcome) = send_all(store, run, work, false).unwrap();
+    let (store, outcome) = send_all(store, run, work, &ProgressMode::Off).unwrap();
     let wall = started.elapsed();
     let stored = store.status().unwrap().responses;
     assert_eq!(outcome.per_model["bench"].failed, 0, "{outcome:?}");

@@ -47,6 +47,51 @@ pub enum Command {
     /// membership and classification accuracy with 95 % Wilson intervals.
     #[command(after_help = examples::DIFF)]
     Diff(DiffArgs),
+    /// Merge caches from several machines; export a cache as Parquet.
+    #[command(subcommand)]
+    #[command(after_help = examples::CACHE)]
+    Cache(CacheCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Merge the caches IN… into OUT (created when missing), in one transaction: the same
+    /// request key keeps one answer (a conflict, the same key with different text, keeps
+    /// OUT's answer, else the earliest IN's, and is counted); runs are appended; a cell in
+    /// several caches keeps the decision of the run that started last.
+    #[command(after_help = examples::CACHE_MERGE)]
+    Merge {
+        /// The cache to merge into.
+        out: PathBuf,
+        /// The caches to merge from (at most 10 per merge).
+        #[arg(required = true, num_args = 1..)]
+        inputs: Vec<PathBuf>,
+        /// Print a JSON summary instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write requests, responses, trials and cells as Parquet files (requests.parquet, …)
+    /// into DIR, for pandas, polars, Spark or DuckDB.
+    #[command(after_help = examples::CACHE_EXPORT)]
+    Export {
+        /// The folder to write into (created when missing; files of the same names are
+        /// replaced).
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value = "parquet")]
+        format: ExportFormat,
+        #[command(flatten)]
+        cache: CacheArgs,
+        /// Print a JSON summary instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Formats of `cache export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// Apache Parquet, one file per table.
+    Parquet,
 }
 
 /// The cache file.
@@ -87,9 +132,23 @@ pub struct RunArgs {
     /// Answer from the cache only; report what is missing.
     #[arg(long)]
     pub offline: bool,
-    /// No progress bars (plain log lines instead).
+    /// No progress bars (plain log lines instead, as when stderr is not a terminal).
     #[arg(long)]
     pub quiet: bool,
+    /// Seconds between progress lines when stderr is not a terminal (a log file, nohup,
+    /// a batch scheduler) or with --quiet: one line per model with done/total, rate, ETA,
+    /// tokens and cost so far.
+    #[arg(
+        long,
+        env = "TABCONTAM_PROGRESS_INTERVAL",
+        value_name = "SECS",
+        default_value_t = 10.0
+    )]
+    pub progress_interval: f64,
+    /// Send only shard I of N of the missing requests (split by request key: machines given
+    /// 1/N … N/N send each request exactly once); merge their caches with `cache merge`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<crate::run::shard::Shard>,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]
@@ -349,9 +408,9 @@ Examples:
 
     pub const RUN: &str = "\
 Examples:
-  tabcontam run experiments/demo.toml
   tabcontam run experiments/demo.toml --offline
-  tabcontam run experiments/mini.toml --model mock-base --quiet --cache cache/mini.sqlite";
+  tabcontam run experiments/demo.toml --progress-interval 30 > run.log 2>&1
+  tabcontam run experiments/demo.toml --shard 1/2 --cache cache/part1.sqlite";
 
     pub const STATUS: &str = "\
 Examples:
@@ -374,6 +433,21 @@ Examples:
   tabcontam completions bash > ~/.local/share/bash-completion/completions/tabcontam
   tabcontam completions zsh > ~/.zfunc/_tabcontam
   tabcontam completions fish > ~/.config/fish/completions/tabcontam.fish";
+
+    pub const CACHE: &str = "\
+Examples:
+  tabcontam cache merge cache/all.sqlite cache/part1.sqlite cache/part2.sqlite
+  tabcontam cache export --format parquet exports/";
+
+    pub const CACHE_MERGE: &str = "\
+Examples:
+  tabcontam cache merge cache/all.sqlite cache/part1.sqlite cache/part2.sqlite
+  tabcontam cache merge cache/all.sqlite cache/laptop.sqlite --json";
+
+    pub const CACHE_EXPORT: &str = "\
+Examples:
+  tabcontam cache export exports/
+  tabcontam cache export --format parquet exports/ --cache cache/mini.sqlite";
 
     pub const DIFF: &str = "\
 Examples:

@@ -396,7 +396,8 @@ fn the_workflow_is_one_library_call() {
         cache: env.cache(),
         // Local models need no network: they run offline too.
         offline: true,
-        show_progress: false,
+        progress: tabcontam::run::execute::ProgressMode::Off,
+        shard: None,
     };
     let mut recorder = Recorder::default();
     let report = run_experiment(&settings, &mut recorder).unwrap();

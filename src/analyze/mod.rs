@@ -11,6 +11,7 @@
 //! byte-identical numbers (DuckDB's parallel floating-point sums need not).
 
 pub mod diff;
+pub mod export;
 pub mod paper;
 pub mod stats;
 mod view;

@@ -1,5 +1,6 @@
 //! Command implementations: each takes its resolved arguments and writes to stdout.
 
+pub mod cache;
 pub mod completions;
 pub mod datasets;
 pub mod diff;
@@ -28,5 +29,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => report::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::Cache(cmd) => cache::run(cmd),
     }
 }

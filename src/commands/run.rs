@@ -3,8 +3,10 @@
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use crate::cli::RunArgs;
+use crate::run::execute::ProgressMode;
 use crate::run::workflow::{RunObserver, RunSettings, RunStart, run_experiment};
 use crate::store::RunStatus;
 
@@ -25,7 +27,7 @@ impl RunObserver for Announce {
             return;
         }
         eprintln!(
-            "run {} of `{}`: {} requests, {} cached, {} to send{}",
+            "run {} of `{}`: {} requests, {} cached, {} to send{}{}",
             start.run_id,
             start.spec,
             start.requests,
@@ -35,19 +37,40 @@ impl RunObserver for Announce {
                 format!(", {} missing (offline)", start.offline_missing)
             } else {
                 String::new()
+            },
+            if start.other_shards > 0 {
+                format!(", {} left to other shards", start.other_shards)
+            } else {
+                String::new()
             }
         );
     }
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if !(args.progress_interval.is_finite() && args.progress_interval > 0.0) {
+        anyhow::bail!(
+            "--progress-interval {} (or TABCONTAM_PROGRESS_INTERVAL) must be a number of seconds above 0, e.g. 10",
+            args.progress_interval
+        );
+    }
+    let progress = if args.json {
+        ProgressMode::Off
+    } else if !args.quiet && std::io::stderr().is_terminal() {
+        ProgressMode::Bars
+    } else {
+        ProgressMode::Lines {
+            every: Duration::from_secs_f64(args.progress_interval),
+        }
+    };
     let settings = RunSettings {
         spec: args.spec.clone(),
         only_models: args.models.clone(),
         data_dir: args.data.data_dir.clone(),
         cache: args.cache.cache.clone(),
         offline: args.offline,
-        show_progress: !args.quiet && !args.json && std::io::stderr().is_terminal(),
+        progress,
+        shard: args.shard,
     };
     let report = run_experiment(
         &settings,
@@ -78,6 +101,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             report.cells_decided,
             report.cells_incomplete
         )?;
+        if report.other_shards > 0 {
+            writeln!(
+                out,
+                "  {} requests are left to other shards: merge their caches (`tabcontam cache merge`), then `tabcontam run --offline` decides the remaining cells",
+                report.other_shards
+            )?;
+        }
         for (model, p) in &report.models {
             if p.failed > 0 {
                 let kinds: Vec<String> = p

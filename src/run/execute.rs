@@ -13,8 +13,9 @@
 //! transaction each). So a run has a single SQLite writer, whatever mix of models it has.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -59,6 +60,21 @@ pub struct ModelWork {
     pub requests: Vec<Request>,
     /// Requests of this model answered from the cache (shown in its progress bar).
     pub cached: u64,
+    /// US dollars per million (prompt, completion) tokens, when the spec gives both: the
+    /// progress lines show the cost so far.
+    pub price_per_mtok: Option<(f64, f64)>,
+}
+
+/// How a run shows its progress on stderr.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProgressMode {
+    /// Nothing (`--json`).
+    Off,
+    /// Redrawn bars, one per model: for a terminal.
+    Bars,
+    /// One plain line per model every `every` (and once at the end): for a log file, where
+    /// redrawn bars would print nothing useful until the run ends.
+    Lines { every: Duration },
 }
 
 /// Everything one run sends: remote models (over the network) and local models (candle).
@@ -109,7 +125,7 @@ pub fn send_all(
     store: Store,
     run: RunId,
     work: Work,
-    show_progress: bool,
+    progress_mode: &ProgressMode,
 ) -> anyhow::Result<(Store, SendOutcome)> {
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -131,9 +147,29 @@ pub fn send_all(
         .map(|w| w.cached)
         .chain(local.iter().map(|w| w.cached))
         .collect();
+    let prices: Vec<Option<(f64, f64)>> = remote
+        .iter()
+        .map(|w| w.price_per_mtok)
+        .chain(local.iter().map(|_| None))
+        .collect();
     let first_local = remote.len();
 
-    let progress = Progress::new(&model_ids, &totals, &cached, first_local, show_progress);
+    let progress = Progress::new(
+        &model_ids,
+        &totals,
+        &cached,
+        first_local,
+        *progress_mode == ProgressMode::Bars,
+    );
+    let lines = match progress_mode {
+        ProgressMode::Lines { every } => Some(ProgressLines::start(
+            progress.clone(),
+            totals.clone(),
+            prices,
+            *every,
+        )?),
+        _ => None,
+    };
     // Set on Ctrl-C and when the cache cannot be written: nothing new is sent after it.
     let halt = Arc::new(AtomicBool::new(false));
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -259,6 +295,9 @@ pub fn send_all(
         .join()
         .map_err(|_| anyhow::anyhow!("the cache writer thread panicked"))?;
     progress.finish();
+    if let Some(lines) = lines {
+        lines.stop();
+    }
     let outcome = SendOutcome {
         per_model: progress.ids.iter().cloned().zip(per_model).collect(),
         interrupted: interrupted.load(Ordering::SeqCst),
@@ -342,6 +381,8 @@ struct Progress {
     /// Models from this index on are local: their thread writes their bar's message
     /// (load time, tokens per second); the writer only moves the bar.
     first_local: usize,
+    /// Each model's latest counts, for the periodic lines.
+    latest: Arc<Mutex<Vec<ModelProgress>>>,
     _multi: Option<MultiProgress>,
 }
 
@@ -373,6 +414,7 @@ impl Progress {
             cached: cached.to_vec(),
             bars,
             first_local,
+            latest: Arc::new(Mutex::new(vec![ModelProgress::default(); ids.len()])),
             _multi: multi,
         };
         for (model, _) in ids.iter().enumerate() {
@@ -382,6 +424,9 @@ impl Progress {
     }
 
     fn update(&self, model: usize, p: &ModelProgress) {
+        if let Ok(mut latest) = self.latest.lock() {
+            latest[model].clone_from(p);
+        }
         let bar = &self.bars[model];
         bar.set_position(p.sent + p.failed);
         if model >= self.first_local {
@@ -400,5 +445,154 @@ impl Progress {
         for bar in &self.bars {
             bar.finish();
         }
+    }
+}
+
+/// The periodic progress lines: a thread that prints one line per model every interval
+/// until the executor stops it, then a last line per model.
+struct ProgressLines {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ProgressLines {
+    fn start(
+        progress: Progress,
+        totals: Vec<u64>,
+        prices: Vec<Option<(f64, f64)>>,
+        every: Duration,
+    ) -> std::io::Result<Self> {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let started = Instant::now();
+        let thread = std::thread::Builder::new()
+            .name("tabcontam-progress".into())
+            .spawn(move || {
+                let print = || {
+                    let latest = match progress.latest.lock() {
+                        Ok(latest) => latest.clone(),
+                        Err(_) => return,
+                    };
+                    let elapsed = started.elapsed();
+                    let mut err = std::io::stderr().lock();
+                    for (model, p) in latest.iter().enumerate() {
+                        let line = progress_line(
+                            &progress.ids[model],
+                            p,
+                            totals[model],
+                            progress.cached[model],
+                            prices[model],
+                            elapsed,
+                        );
+                        // A closed stderr must not stop the run.
+                        let _ = writeln!(err, "{line}");
+                    }
+                };
+                loop {
+                    match stopped.recv_timeout(every) {
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => print(),
+                        _ => break,
+                    }
+                }
+                print();
+            })?;
+        Ok(Self { stop, thread })
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}
+
+/// One model's progress as one log line, e.g. `progress 1m05s gpt: 120/424 (28.3%),
+/// 1.8/s, ETA 2m49s, 12 failed, 30 cached, tokens 45210, cost $0.0312`.
+fn progress_line(
+    id: &str,
+    p: &ModelProgress,
+    total: u64,
+    cached: u64,
+    price_per_mtok: Option<(f64, f64)>,
+    elapsed: Duration,
+) -> String {
+    let done = p.sent + p.failed;
+    let seconds = elapsed.as_secs_f64().max(1e-3);
+    let rate = done as f64 / seconds;
+    let percent = if total == 0 {
+        100.0
+    } else {
+        100.0 * done as f64 / total as f64
+    };
+    let eta = if done >= total {
+        "done".to_string()
+    } else if rate > 0.0 {
+        format!(
+            "ETA {}",
+            human_duration(Duration::from_secs_f64((total - done) as f64 / rate))
+        )
+    } else {
+        "ETA ?".to_string()
+    };
+    let mut line = format!(
+        "progress {} {id}: {done}/{total} ({percent:.1}%), {rate:.1}/s, {eta}",
+        human_duration(elapsed)
+    );
+    if p.failed > 0 {
+        line.push_str(&format!(", {} failed", p.failed));
+    }
+    if cached > 0 {
+        line.push_str(&format!(", {cached} cached"));
+    }
+    line.push_str(&format!(
+        ", tokens {} in + {} out",
+        p.prompt_tokens, p.completion_tokens
+    ));
+    if let Some((input, output)) = price_per_mtok {
+        let cost = (p.prompt_tokens as f64 * input + p.completion_tokens as f64 * output) / 1e6;
+        line.push_str(&format!(", cost ${cost:.4}"));
+    }
+    line
+}
+
+/// `45s`, `3m07s`, `2h05m`.
+fn human_duration(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    if seconds < 60 {
+        format!("{seconds}s")
+    } else if seconds < 3600 {
+        format!("{}m{:02}s", seconds / 60, seconds % 60)
+    } else {
+        format!("{}h{:02}m", seconds / 3600, seconds % 3600 / 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_progress_line_has_counts_rate_eta_tokens_and_cost() {
+        let p = ModelProgress {
+            to_send: 400,
+            sent: 95,
+            failed: 5,
+            prompt_tokens: 20_000,
+            completion_tokens: 1_000,
+            ..Default::default()
+        };
+        let line = progress_line("gpt", &p, 400, 24, Some((2.5, 10.0)), Duration::from_secs(50));
+        assert_eq!(
+            line,
+            "progress 50s gpt: 100/400 (25.0%), 2.0/s, ETA 2m30s, 5 failed, 24 cached, \
+             tokens 20000 in + 1000 out, cost $0.0600"
+        );
+        let done = ModelProgress {
+            sent: 3,
+            ..Default::default()
+        };
+        let line = progress_line("local", &done, 3, 0, None, Duration::from_secs(7300));
+        assert_eq!(
+            line,
+            "progress 2h01m local: 3/3 (100.0%), 0.0/s, done, tokens 0 in + 0 out"
+        );
     }
 }

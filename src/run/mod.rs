@@ -7,5 +7,6 @@ pub mod execute;
 pub mod local_exec;
 pub mod plan;
 pub mod session;
+pub mod shard;
 pub mod spec;
 pub mod workflow;

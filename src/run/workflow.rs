@@ -15,9 +15,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::decide::decide;
-use super::execute::{ModelProgress, ModelWork, SendOutcome, Work, send_all};
+use super::execute::{ModelProgress, ModelWork, ProgressMode, SendOutcome, Work, send_all};
 use super::local_exec::{LocalWork, ensure_weights, weights_path};
 use super::session::{Prepared, prepare};
+use super::shard::Shard;
 use super::spec::Spec;
 use crate::decide::Dictionary;
 use crate::llm::client::Client;
@@ -40,8 +41,10 @@ pub struct RunSettings {
     pub cache: PathBuf,
     /// Answer from the cache only (local models still run: they need no network).
     pub offline: bool,
-    /// Progress bars on stderr.
-    pub show_progress: bool,
+    /// Progress on stderr: bars on a terminal, else one line per model every interval.
+    pub progress: ProgressMode,
+    /// Send only this shard's share of the missing requests (`--shard I/N`).
+    pub shard: Option<Shard>,
 }
 
 /// The run as recorded, before anything is sent.
@@ -57,6 +60,8 @@ pub struct RunStart {
     pub to_send: u64,
     /// Of those, not sent because the run is offline.
     pub offline_missing: u64,
+    /// Of those, not sent because another shard sends them (`--shard`).
+    pub other_shards: u64,
 }
 
 /// Hears about a run as it goes (the result itself is [`run_experiment`]'s return value).
@@ -77,8 +82,12 @@ pub struct RunReport {
     /// Why the run failed, in one line (`None` unless `status` is `failed`).
     pub reason: Option<String>,
     pub counts: RunCounts,
-    /// Requests without a stored response after the run (offline, interrupted or failed).
+    /// Requests without a stored response after the run (offline, interrupted or failed),
+    /// not counting those left to other shards.
     pub missing: u64,
+    /// Requests without a stored response that other shards send (`--shard`); their cells
+    /// stay undecided until the shards' caches are merged (`tabcontam cache merge`).
+    pub other_shards: u64,
     pub cells_decided: usize,
     pub cells_incomplete: usize,
     pub trials_decided: usize,
@@ -110,6 +119,7 @@ struct Ready {
     keys: Vec<RequestKey>,
     cached: u64,
     offline_missing: u64,
+    other_shards: u64,
     dictionary: Dictionary,
 }
 
@@ -127,6 +137,7 @@ pub fn run_experiment(
         keys,
         cached,
         offline_missing,
+        other_shards,
         dictionary,
     } = get_ready(settings).map_err(RunError::Setup)?;
     let spec = &prepared.spec;
@@ -140,13 +151,14 @@ pub fn run_experiment(
         cached,
         to_send: work.requests(),
         offline_missing,
+        other_shards,
     });
 
     // From here on every path ends in `finish_run`.
     let (store, outcome) = if work.is_empty() {
         (store, SendOutcome::default())
     } else {
-        match send_all(store, run_id, work, settings.show_progress) {
+        match send_all(store, run_id, work, &settings.progress) {
             Ok(sent) => sent,
             Err(error) => {
                 // The store went down with the executor: reopen the cache (WAL allows a
@@ -181,6 +193,7 @@ pub fn run_experiment(
         &dictionary,
         outcome,
         settings.offline,
+        settings.shard,
     )
 }
 
@@ -204,9 +217,15 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
     let cached: HashSet<RequestKey> = Store::open_read_only(&settings.cache)?.cached_keys(&keys)?;
     let mut missing_per_model: Vec<Vec<&RequestKey>> = vec![Vec::new(); spec.models.len()];
     let mut planned_per_model = vec![0u64; spec.models.len()];
+    let mut other_shards = 0u64;
     for (key, source) in &plan.requests {
         planned_per_model[source.model] += 1;
-        if !cached.contains(key) {
+        if cached.contains(key) {
+            continue;
+        }
+        if settings.shard.is_some_and(|shard| !shard.owns(key)) {
+            other_shards += 1;
+        } else {
             missing_per_model[source.model].push(key);
         }
     }
@@ -226,6 +245,8 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
             .iter()
             .map(|key| plan.request(spec, &plan.requests[*key]))
             .collect();
+        // What this model does not send now counts as done in its progress (cached, or
+        // another shard's).
         let cached = planned_per_model[index] - requests.len() as u64;
         if remote {
             let client = Client::new(spec.client_config(model))
@@ -235,6 +256,7 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
                 client,
                 requests,
                 cached,
+                price_per_mtok: model.price_input_per_mtok.zip(model.price_output_per_mtok),
             });
         } else {
             // Local inference needs no network: it runs offline too.
@@ -285,6 +307,7 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
         work,
         keys,
         offline_missing,
+        other_shards,
         dictionary,
     })
 }
@@ -334,6 +357,7 @@ fn decide_and_finish(
     dictionary: &Dictionary,
     outcome: SendOutcome,
     offline: bool,
+    shard: Option<Shard>,
 ) -> Result<RunReport, RunError> {
     let spec = &prepared.spec;
     let plan = &prepared.plan;
@@ -352,9 +376,10 @@ fn decide_and_finish(
         let responses = store.responses(keys)?;
         let decisions = decide(spec, plan, &responses, dictionary, spec.alg1_profile);
         store.put_decisions(run_id, &decisions.trials, &decisions.cells)?;
-        Ok((responses.len() as u64, decisions))
+        let answered: HashSet<RequestKey> = responses.into_keys().collect();
+        Ok((answered, decisions))
     })();
-    let (answered, decisions) = match decided {
+    let (responses, decisions) = match decided {
         Ok(decided) => decided,
         Err(error) => {
             let reason = [
@@ -377,7 +402,14 @@ fn decide_and_finish(
             });
         }
     };
-    let missing = keys.len() as u64 - answered;
+    let (mut missing, mut other_shards) = (0u64, 0u64);
+    for key in keys.iter().filter(|key| !responses.contains(key)) {
+        if shard.is_some_and(|shard| !shard.owns(key)) {
+            other_shards += 1;
+        } else {
+            missing += 1;
+        }
+    }
     let (status, reason) = if outcome.interrupted {
         (RunStatus::Interrupted, None)
     } else {
@@ -399,6 +431,7 @@ fn decide_and_finish(
         reason,
         counts,
         missing,
+        other_shards,
         cells_decided: decisions.cells.len(),
         cells_incomplete: decisions.incomplete_cells,
         trials_decided: decisions.trials.len(),

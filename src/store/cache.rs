@@ -125,6 +125,52 @@ impl Store {
         Ok(found)
     }
 
+    /// Every stored request (answered or failed), in key order, one at a time: exports of a
+    /// large cache never hold it all in memory.
+    pub fn for_each_request(&self, mut each: impl FnMut(RequestKey, Request)) -> Result<u64> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT q.key, i.backend, i.model, i.revision, q.api, p.text AS prompt, q.params, q.sample
+                 FROM requests q
+                 JOIN identities i ON i.id = q.identity_id
+                 JOIN prompts p ON p.id = q.prompt_id
+                 ORDER BY q.key",
+            )
+            .at(&self.path)?;
+        let mut rows = stmt.query([]).at(&self.path)?;
+        let mut count = 0;
+        while let Some(row) = rows.next().at(&self.path)? {
+            let key = RequestKey(row.get("key").at(&self.path)?);
+            each(key, request_from_row(row).at(&self.path)?);
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Every cached response with the time it was stored (ISO-8601 UTC), in key order, one
+    /// at a time.
+    pub fn for_each_response(
+        &self,
+        mut each: impl FnMut(RequestKey, Response, String),
+    ) -> Result<u64> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {RESPONSE_COLUMNS}, created_at FROM responses ORDER BY key"
+            ))
+            .at(&self.path)?;
+        let mut rows = stmt.query([]).at(&self.path)?;
+        let mut count = 0;
+        while let Some(row) = rows.next().at(&self.path)? {
+            let key = RequestKey(row.get(0).at(&self.path)?);
+            let response = response_from_row(row).at(&self.path)?;
+            each(key, response, row.get("created_at").at(&self.path)?);
+            count += 1;
+        }
+        Ok(count)
+    }
+
     /// The stored request with this key (cached, or recorded with a failure).
     pub fn request(&self, key: &RequestKey) -> Result<Option<Request>> {
         self.conn

@@ -16,6 +16,7 @@
 
 mod cache;
 mod error;
+mod merge;
 mod migrations;
 mod results;
 mod runs;
@@ -30,6 +31,7 @@ use rusqlite::{Connection, OpenFlags, Row, Transaction, TransactionBehavior};
 use serde::de::DeserializeOwned;
 
 pub use error::{Result, StoreError};
+pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput};
 pub use migrations::SCHEMA_VERSION;
 pub use results::{CellRow, OWN_SOURCE, TrialRow};
 pub use runs::{DatasetRow, FailureRow, ModelRow, RunCounts, RunId, RunRow, RunStatus};
