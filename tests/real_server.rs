@@ -339,3 +339,68 @@ async fn llama_server_sampled_run_gives_distinct_samples_and_per_cell_rates() {
     let html = std::fs::read_to_string(report.join("report.html")).unwrap();
     assert!(html.contains("Detection rate per sample") && html.contains("/5</td>"));
 }
+
+/// A data-parallel deployment: one model behind two replicas, `base_url = [a, b]` in the
+/// spec. Two llama-servers on loopback; each server's log counts the requests it served
+/// (llama.cpp logs `processing task` once per request), and the client spreads them over
+/// both (least in flight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_llama_servers_behind_one_model_share_the_requests() {
+    let Some((binary, model)) = server_assets() else {
+        return;
+    };
+    let dirs = [
+        tempfile::tempdir().expect("temporary directory"),
+        tempfile::tempdir().expect("temporary directory"),
+    ];
+    let ports = [free_loopback_port(), free_loopback_port()];
+    let mut servers = [
+        start_server(&binary, &model, ports[0], dirs[0].path()),
+        start_server(&binary, &model, ports[1], dirs[1].path()),
+    ];
+    for (server, port) in servers.iter_mut().zip(ports) {
+        wait_until_ready(server, port).await;
+    }
+
+    // What `base_url = ["…", "…"]` in a spec gives the client (spec::client_config).
+    let mut config = ClientConfig::new(BackendKind::OpenaiCompatible, MODEL_NAME);
+    config.base_url = ports
+        .iter()
+        .map(|port| format!("http://127.0.0.1:{port}/v1"))
+        .collect();
+    config.concurrency = 4;
+    config.timeout_s = 300.0;
+    config.max_retries = 2;
+    let client = Client::new(config).expect("client without a key");
+    const REQUESTS: usize = 12;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..REQUESTS {
+        let client = client.clone();
+        tasks.spawn(async move {
+            client
+                .complete(&request(ApiMode::Completions, &format!("Count to {i}:"), 2))
+                .await
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done.expect("task") {
+            panic!("{e}\n{}\n{}", servers[0].log_tail(), servers[1].log_tail());
+        }
+    }
+    let served: Vec<usize> = servers
+        .iter()
+        .map(|s| {
+            std::fs::read_to_string(&s.log)
+                .unwrap_or_default()
+                .matches("processing task")
+                .count()
+        })
+        .collect();
+    eprintln!("two replicas served {served:?} of {REQUESTS} requests");
+    assert_eq!(served.iter().sum::<usize>(), REQUESTS, "{served:?}");
+    // Least in flight with 4 at once over 2 replicas: neither gets less than a quarter.
+    assert!(
+        served.iter().all(|&n| n >= REQUESTS / 4),
+        "{served:?}"
+    );
+}

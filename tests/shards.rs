@@ -357,6 +357,11 @@ fn a_bad_input_is_a_one_line_error_and_the_target_is_unchanged() {
         assert_eq!(answers(&out).len(), 1, "{bad:?}");
     }
     assert_eq!(std::fs::read(&out).unwrap(), before);
+    // Inputs are checked before a new target is created.
+    let fresh = env.path("fresh.sqlite");
+    let output = env.run(&["cache", "merge", fresh.to_str().unwrap(), "absent.sqlite"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(!fresh.exists());
 }
 
 #[test]

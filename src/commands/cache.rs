@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use crate::cli::{CacheCommand, ExportFormat};
-use crate::store::Store;
+use crate::store::{Store, check_merge_inputs};
 
 pub fn run(command: CacheCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -20,6 +20,8 @@ pub fn run(command: CacheCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn merge(out: &std::path::Path, inputs: &[std::path::PathBuf], json: bool) -> anyhow::Result<ExitCode> {
+    // Inputs first: a bad one must not leave a new, empty OUT behind.
+    check_merge_inputs(out, inputs)?;
     let mut store = Store::open(out)?;
     let report = store.merge_from(inputs)?;
     let mut stdout = std::io::stdout().lock();

@@ -76,7 +76,7 @@ pub enum MergeError {
     Store(#[from] StoreError),
     #[error("{}: no such cache file; check the path", path.display())]
     Missing { path: PathBuf },
-    #[error("{} is the merge target itself; name each cache once", path.display())]
+    #[error("{} is the merge target itself, or named twice; name each cache once", path.display())]
     SameAsTarget { path: PathBuf },
     #[error(
         "{count} caches given; one merge takes at most {MAX_MERGE_INPUTS}: merge them in steps (the target can be merged into again)"
@@ -109,37 +109,7 @@ impl Store {
     /// nothing is changed. Each input is checked first (a tabcontam cache of this schema
     /// version; a foreign, damaged or older file is refused with its path).
     pub fn merge_from(&mut self, inputs: &[PathBuf]) -> std::result::Result<MergeReport, MergeError> {
-        if inputs.len() > MAX_MERGE_INPUTS {
-            return Err(MergeError::TooMany {
-                count: inputs.len(),
-            });
-        }
-        let target = std::fs::canonicalize(&self.path).unwrap_or_else(|_| self.path.clone());
-        for input in inputs {
-            if !input.is_file() {
-                return Err(MergeError::Missing {
-                    path: input.clone(),
-                });
-            }
-            if std::fs::canonicalize(input).is_ok_and(|p| p == target)
-                || inputs.iter().filter(|other| *other == input).count() > 1
-            {
-                return Err(MergeError::SameAsTarget {
-                    path: input.clone(),
-                });
-            }
-            // Header, owner and schema version, with one-line errors naming the file.
-            let store = Store::open_read_only(input)?;
-            let version = store.schema_version()?;
-            if version != SCHEMA_VERSION {
-                return Err(StoreError::OlderSchema {
-                    path: input.clone(),
-                    found: version,
-                    known: SCHEMA_VERSION,
-                }
-                .into());
-            }
-        }
+        check_merge_inputs(&self.path, inputs)?;
         let path = self.path.clone();
         for (index, input) in inputs.iter().enumerate() {
             self.conn
@@ -168,6 +138,44 @@ impl Store {
         }
         merged
     }
+}
+
+/// Checks the inputs of a merge into `target` without writing anything: each exists, is
+/// named once, is not the target, and is a tabcontam cache of this schema version (a
+/// foreign, damaged or older file is refused with its path). [`Store::merge_from`] checks
+/// again; a command calls this before creating the target.
+pub fn check_merge_inputs(target: &Path, inputs: &[PathBuf]) -> std::result::Result<(), MergeError> {
+    if inputs.len() > MAX_MERGE_INPUTS {
+        return Err(MergeError::TooMany {
+            count: inputs.len(),
+        });
+    }
+    let target = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_path_buf());
+    for input in inputs {
+        if !input.is_file() {
+            return Err(MergeError::Missing {
+                path: input.clone(),
+            });
+        }
+        if std::fs::canonicalize(input).is_ok_and(|p| p == target)
+            || inputs.iter().filter(|other| *other == input).count() > 1
+        {
+            return Err(MergeError::SameAsTarget {
+                path: input.clone(),
+            });
+        }
+        let store = Store::open_read_only(input)?;
+        let version = store.schema_version()?;
+        if version != SCHEMA_VERSION {
+            return Err(StoreError::OlderSchema {
+                path: input.clone(),
+                found: version,
+                known: SCHEMA_VERSION,
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 fn alias(index: usize) -> String {

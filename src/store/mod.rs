@@ -31,7 +31,7 @@ use rusqlite::{Connection, OpenFlags, Row, Transaction, TransactionBehavior};
 use serde::de::DeserializeOwned;
 
 pub use error::{Result, StoreError};
-pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput};
+pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput, check_merge_inputs};
 pub use migrations::SCHEMA_VERSION;
 pub use results::{CellRow, OWN_SOURCE, TrialRow};
 pub use runs::{DatasetRow, FailureRow, ModelRow, RunCounts, RunId, RunRow, RunStatus};
