@@ -4,64 +4,42 @@
 //! loopback mock server), with a cache that stops taking writes mid-run, and with a working
 //! tiny local model next to a slow remote one.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
 #[path = "support/mock_server.rs"]
 mod mock_server;
 #[path = "support/tiny_llama.rs"]
 mod tiny_llama;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
-use mock_server::{MockConfig, MockServer};
+use cli_env::Env;
+use mock_server::MockConfig;
 use tabcontam::store::Store;
 
 const KEY_ENV: &str = "TABCONTAM_TEST_API_KEY";
 /// Requests of the mini spec for one model: iris and titanic × (1 + 1 + 100 + 5).
 const PER_MODEL: u64 = 214;
 
-struct Env {
-    dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
+/// Every command of this file runs on the environment's cache.
+trait OnCache {
+    fn run_on_cache(&self, args: &[&str]) -> Output;
+    fn status(&self) -> serde_json::Value;
 }
 
-impl Env {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-            runtime: tokio::runtime::Runtime::new().unwrap(),
-        }
-    }
-
-    fn server(&self, config: MockConfig) -> MockServer {
-        self.runtime.block_on(MockServer::start(config))
-    }
-
-    fn cache(&self) -> PathBuf {
-        self.dir.path().join("cache/tabcontam.sqlite")
-    }
-
-    fn spec(&self, body: &str) -> PathBuf {
-        let path = self.dir.path().join("mini.toml");
-        std::fs::write(&path, body).unwrap();
-        path
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .args(args)
+impl OnCache for Env {
+    fn run_on_cache(&self, args: &[&str]) -> Output {
+        self.command(args)
             .arg("--cache")
             .arg(self.cache())
-            .env("TABCONTAM_HOME", self.dir.path().join("home"))
-            .env_remove("TABCONTAM_DATA_DIR")
-            .env_remove("TABCONTAM_CACHE")
-            .env(KEY_ENV, "sk-test")
             .output()
             .unwrap()
     }
 
     fn status(&self) -> serde_json::Value {
-        let out = self.run(&["status", "--json"]);
+        let out = self.run_on_cache(&["status", "--json"]);
         assert!(out.status.success(), "{:?}", text(&out));
         json(&out)
     }
@@ -149,10 +127,13 @@ fn assert_failed_run(env: &Env, out: &Output, needles: &[&str]) -> serde_json::V
 
 #[test]
 fn a_local_model_with_an_unsupported_architecture_fails_the_run_with_its_reason() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, "sk-test");
     let model = unsupported_model(env.dir.path());
-    let spec = env.spec(&format!("{HEADER}{}", local_model("tiny-mamba", &model)));
-    let out = env.run(&["run", spec.to_str().unwrap(), "--json"]);
+    let spec = env.spec(
+        "mini.toml",
+        &format!("{HEADER}{}", local_model("tiny-mamba", &model)),
+    );
+    let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--json"]);
     let status = assert_failed_run(
         &env,
         &out,
@@ -170,7 +151,7 @@ fn a_local_model_with_an_unsupported_architecture_fails_the_run_with_its_reason(
     assert_eq!(status["cells"], 0);
 
     // The text of `status` shows the reason under the run.
-    let out = env.run(&["status"]);
+    let out = env.run_on_cache(&["status"]);
     let (stdout, _) = text(&out);
     assert!(
         stdout.contains("failed: model `tiny-mamba`: ") && stdout.contains("mamba"),
@@ -180,15 +161,18 @@ fn a_local_model_with_an_unsupported_architecture_fails_the_run_with_its_reason(
 
 #[test]
 fn remote_answers_are_stored_and_decided_when_a_local_model_fails() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, "sk-test");
     let server = env.server(MockConfig::new());
     let model = unsupported_model(env.dir.path());
-    let spec = env.spec(&format!(
-        "{HEADER}{}{}",
-        remote_model(&server.url(), 8),
-        local_model("tiny-mamba", &model)
-    ));
-    let out = env.run(&["run", spec.to_str().unwrap(), "--json"]);
+    let spec = env.spec(
+        "mini.toml",
+        &format!(
+            "{HEADER}{}{}",
+            remote_model(&server.url(), 8),
+            local_model("tiny-mamba", &model)
+        ),
+    );
+    let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--json"]);
     let status = assert_failed_run(&env, &out, &["tiny-mamba", "mamba"]);
     let summary = json(&out);
     assert_eq!(summary["models"]["mock-base"]["sent"], PER_MODEL);
@@ -203,7 +187,7 @@ fn remote_answers_are_stored_and_decided_when_a_local_model_fails() {
     let decided = summary["cells_decided"].as_u64().unwrap();
     assert_eq!(cells.len() as u64, decided);
     drop(store);
-    let alone = env.run(&[
+    let alone = env.run_on_cache(&[
         "run",
         spec.to_str().unwrap(),
         "--model",
@@ -220,15 +204,18 @@ fn remote_answers_are_stored_and_decided_when_a_local_model_fails() {
 
 #[test]
 fn truncated_local_weights_fail_the_run_and_keep_the_remote_answers() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, "sk-test");
     let server = env.server(MockConfig::new());
     let model = truncated_model(env.dir.path());
-    let spec = env.spec(&format!(
-        "{HEADER}{}{}",
-        local_model("tiny-cut", &model),
-        remote_model(&server.url(), 8),
-    ));
-    let out = env.run(&["run", spec.to_str().unwrap(), "--json"]);
+    let spec = env.spec(
+        "mini.toml",
+        &format!(
+            "{HEADER}{}{}",
+            local_model("tiny-cut", &model),
+            remote_model(&server.url(), 8),
+        ),
+    );
+    let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--json"]);
     let status = assert_failed_run(&env, &out, &["tiny-cut", "truncated", "model.safetensors"]);
     assert_eq!(status["responses"], PER_MODEL);
     assert_eq!(status["recent_failures"][0]["kind"], "local-load");
@@ -246,13 +233,16 @@ fn truncated_local_weights_fail_the_run_and_keep_the_remote_answers() {
 
 #[test]
 fn a_cache_that_stops_taking_writes_fails_the_run_and_decides_what_was_stored() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, "sk-test");
     // Answers take 20 ms, so the writer meets the error long before everything is sent.
     let server = env.server(MockConfig::new().latency(Duration::from_millis(20)));
-    let spec = env.spec(&format!("{HEADER}{}", remote_model(&server.url(), 4)));
+    let spec = env.spec(
+        "mini.toml",
+        &format!("{HEADER}{}", remote_model(&server.url(), 4)),
+    );
     // Create the cache, then make it refuse every response after the 60th (as a full
     // disk would), with a trigger in the real SQLite file.
-    let out = env.run(&["run", spec.to_str().unwrap(), "--offline", "--json"]);
+    let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--offline", "--json"]);
     assert_eq!(out.status.code(), Some(2), "{:?}", text(&out));
     const STORED: u64 = 60;
     let conn = rusqlite::Connection::open(env.cache()).unwrap();
@@ -264,7 +254,7 @@ fn a_cache_that_stops_taking_writes_fails_the_run_and_decides_what_was_stored() 
     .unwrap();
     drop(conn);
 
-    let out = env.run(&["run", spec.to_str().unwrap(), "--json"]);
+    let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--json"]);
     let status = assert_failed_run(
         &env,
         &out,
@@ -288,7 +278,7 @@ fn a_cache_that_stops_taking_writes_fails_the_run_and_decides_what_was_stored() 
     let conn = rusqlite::Connection::open(env.cache()).unwrap();
     conn.execute_batch("DROP TRIGGER full_disk").unwrap();
     drop(conn);
-    let offline = env.run(&["run", spec.to_str().unwrap(), "--offline", "--json"]);
+    let offline = env.run_on_cache(&["run", spec.to_str().unwrap(), "--offline", "--json"]);
     let offline = json(&offline);
     assert_eq!(offline["trials_decided"].as_u64().unwrap(), trials);
     assert_eq!(offline["cells_decided"], summary["cells_decided"]);
@@ -308,17 +298,20 @@ fn response_span(cache: &Path, backend: &str) -> (String, String) {
 
 #[test]
 fn remote_and_local_models_of_one_spec_run_at_the_same_time() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, "sk-test");
     // Slow enough that the remote model takes seconds: 214 requests, 4 at a time, 80 ms.
     let server = env.server(MockConfig::new().latency(Duration::from_millis(80)));
     let model = env.dir.path().join("tiny");
     tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
-    let spec = env.spec(&format!(
-        "{HEADER}{}{}",
-        remote_model(&server.url(), 4),
-        local_model("tiny", &model)
-    ));
-    let out = env.run(&["run", spec.to_str().unwrap(), "--json"]);
+    let spec = env.spec(
+        "mini.toml",
+        &format!(
+            "{HEADER}{}{}",
+            remote_model(&server.url(), 4),
+            local_model("tiny", &model)
+        ),
+    );
+    let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{:?}", text(&out));
     let summary = json(&out);
     assert_eq!(summary["models"]["tiny"]["sent"], PER_MODEL);
@@ -334,10 +327,13 @@ fn remote_and_local_models_of_one_spec_run_at_the_same_time() {
 
 #[test]
 fn a_cache_that_refuses_verdicts_still_ends_the_run_failed_with_the_reason() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, "sk-test");
     let server = env.server(MockConfig::new());
-    let spec = env.spec(&format!("{HEADER}{}", remote_model(&server.url(), 8)));
-    let out = env.run(&["run", spec.to_str().unwrap(), "--offline", "--json"]);
+    let spec = env.spec(
+        "mini.toml",
+        &format!("{HEADER}{}", remote_model(&server.url(), 8)),
+    );
+    let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--offline", "--json"]);
     assert_eq!(out.status.code(), Some(2), "{:?}", text(&out));
     let conn = rusqlite::Connection::open(env.cache()).unwrap();
     conn.execute_batch(
@@ -346,7 +342,7 @@ fn a_cache_that_refuses_verdicts_still_ends_the_run_failed_with_the_reason() {
     )
     .unwrap();
     drop(conn);
-    let out = env.run(&["run", spec.to_str().unwrap(), "--json"]);
+    let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--json"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "one error line: {stderr}");
@@ -385,10 +381,13 @@ impl tabcontam::run::workflow::RunObserver for Recorder {
 fn the_workflow_is_one_library_call() {
     use tabcontam::run::workflow::{RunSettings, run_experiment};
     use tabcontam::store::RunStatus;
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, "sk-test");
     let model = env.dir.path().join("tiny");
     tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
-    let spec = env.spec(&format!("{HEADER}{}", local_model("tiny", &model)));
+    let spec = env.spec(
+        "mini.toml",
+        &format!("{HEADER}{}", local_model("tiny", &model)),
+    );
     let settings = RunSettings {
         spec,
         only_models: Vec::new(),

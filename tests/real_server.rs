@@ -399,8 +399,5 @@ async fn two_llama_servers_behind_one_model_share_the_requests() {
     eprintln!("two replicas served {served:?} of {REQUESTS} requests");
     assert_eq!(served.iter().sum::<usize>(), REQUESTS, "{served:?}");
     // Least in flight with 4 at once over 2 replicas: neither gets less than a quarter.
-    assert!(
-        served.iter().all(|&n| n >= REQUESTS / 4),
-        "{served:?}"
-    );
+    assert!(served.iter().all(|&n| n >= REQUESTS / 4), "{served:?}");
 }

@@ -3,63 +3,20 @@
 //! datasets with missing labels classify only labelled rows, and secrets written in a
 //! spec reach neither the cache nor any output.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
 #[path = "support/mock_server.rs"]
 mod mock_server;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use mock_server::{MockConfig, MockServer};
+use cli_env::Env;
+use mock_server::MockConfig;
 use tabcontam::analyze::{Analytics, Options};
 use tabcontam::dataset::Serialization;
 use tabcontam::probe::{self, CellResult, Expected, ProbeContext, PromptPack, TestId, Variant};
 use tabcontam::store::{CellRow, OWN_SOURCE};
-
-struct Env {
-    dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl Env {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-            runtime: tokio::runtime::Runtime::new().unwrap(),
-        }
-    }
-
-    fn server(&self) -> MockServer {
-        self.runtime.block_on(MockServer::start(MockConfig::new()))
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn spec(&self, name: &str, body: &str) -> PathBuf {
-        let path = self.path(name);
-        std::fs::write(&path, body).unwrap();
-        path
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(binary())
-            .args(args)
-            .env("TABCONTAM_HOME", self.path("home"))
-            .env_remove("TABCONTAM_DATA_DIR")
-            .env_remove("TABCONTAM_CACHE")
-            .output()
-            .unwrap()
-    }
-}
-
-/// The CLI under test; `TABCONTAM_TEST_BIN` points elsewhere when a target directory shared
-/// by several checkouts holds another checkout's uplifted binary.
-fn binary() -> PathBuf {
-    std::env::var_os("TABCONTAM_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tabcontam")))
-}
 
 fn text(output: &Output) -> (String, String) {
     (
@@ -402,7 +359,7 @@ fn scores_use_one_template_plus_the_shared_cells_and_name_it() {
 #[test]
 fn report_refuses_a_template_without_cells_and_lists_the_known_ones() {
     let env = Env::new();
-    let server = env.server();
+    let server = env.server(MockConfig::new());
     let cache = env.path("cache.sqlite");
     let spec = env.spec(
         "mini.toml",
@@ -555,7 +512,7 @@ fn imported_dataset_with_missing_labels_classifies_only_labelled_rows() {
     let shown = succeeded(&out);
     assert!(shown.contains("Answer:"), "{shown}");
     // A run of tests 11–12 on it: every cell decided on the 100 labelled rows.
-    let server = env.server();
+    let server = env.server(MockConfig::new());
     let spec = env.spec(
         "flowers.toml",
         &format!(
@@ -606,7 +563,7 @@ fn assert_no_secret(what: &str, bytes: &[u8]) {
 #[test]
 fn secrets_in_a_spec_reach_neither_the_cache_nor_any_output() {
     let env = Env::new();
-    let server = env.server();
+    let server = env.server(MockConfig::new());
     let with_user = server
         .url()
         .replacen("http://", &format!("http://{USER}:{PASSWORD}@"), 1);

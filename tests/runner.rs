@@ -1,61 +1,22 @@
 //! The tracker end to end: `tabcontam plan|run|status` against a loopback mock server, on
 //! real SQLite cache files and the shipped datasets.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
 #[path = "support/mock_server.rs"]
 mod mock_server;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use mock_server::{MockConfig, MockServer};
+use cli_env::Env;
+use mock_server::MockConfig;
 use tabcontam::store::Store;
 
 const SECRET: &str = "sk-test-7f3a9c1e5b2d4f6a8e0c";
 const KEY_ENV: &str = "TABCONTAM_TEST_API_KEY";
-
-struct Env {
-    dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl Env {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-            runtime: tokio::runtime::Runtime::new().unwrap(),
-        }
-    }
-
-    fn server(&self, config: MockConfig) -> MockServer {
-        self.runtime.block_on(MockServer::start(config))
-    }
-
-    fn cache(&self) -> PathBuf {
-        self.dir.path().join("cache/tabcontam.sqlite")
-    }
-
-    fn spec(&self, name: &str, body: &str) -> PathBuf {
-        let path = self.dir.path().join(format!("{name}.toml"));
-        std::fs::write(&path, body).unwrap();
-        path
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tabcontam"));
-        cmd.args(args)
-            .env("TABCONTAM_HOME", self.dir.path().join("home"))
-            .env_remove("TABCONTAM_DATA_DIR")
-            .env_remove("TABCONTAM_CACHE")
-            .env(KEY_ENV, SECRET);
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-}
 
 fn spec_body(
     url: &str,
@@ -120,10 +81,10 @@ const TOTAL: u64 = 424; // 2 datasets × (1 + 1 + 2 × 100 + 2 × 5)
 
 #[test]
 fn run_caches_everything_and_a_rerun_sends_nothing() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new());
     let spec = env.spec(
-        "mini",
+        "mini.toml",
         &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""),
     );
     let cache = env.cache();
@@ -184,10 +145,10 @@ fn run_caches_everything_and_a_rerun_sends_nothing() {
 
 #[test]
 fn offline_run_reports_missing_and_sends_nothing() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new());
     let spec = env.spec(
-        "mini",
+        "mini.toml",
         &spec_body(&server.url(), &["mock-base"], &["the-is"], ""),
     );
     let out = env.run(&[
@@ -205,12 +166,12 @@ fn offline_run_reports_missing_and_sends_nothing() {
 
 #[test]
 fn adding_a_model_or_a_serialization_sends_only_what_changed() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new());
     let cache = env.cache();
     let cache_arg = cache.to_str().unwrap();
     let one = env.spec(
-        "one",
+        "one.toml",
         &spec_body(&server.url(), &["model-a"], &["the-is"], ""),
     );
     assert!(
@@ -222,7 +183,7 @@ fn adding_a_model_or_a_serialization_sends_only_what_changed() {
 
     // A second serialization: tests 2 and 3 have no rows, their prompts are shared.
     let two = env.spec(
-        "two",
+        "two.toml",
         &spec_body(&server.url(), &["model-a"], &["the-is", "colon"], ""),
     );
     let out = env.run(&["run", two.to_str().unwrap(), "--cache", cache_arg, "--json"]);
@@ -235,7 +196,7 @@ fn adding_a_model_or_a_serialization_sends_only_what_changed() {
 
     // A new checkpoint: only its own requests.
     let three = env.spec(
-        "three",
+        "three.toml",
         &spec_body(
             &server.url(),
             &["model-a", "model-b"],
@@ -258,10 +219,10 @@ fn adding_a_model_or_a_serialization_sends_only_what_changed() {
 
 #[test]
 fn faults_are_retried_and_never_cached() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new().faults(0.2, 7));
     let spec = env.spec(
-        "mini",
+        "mini.toml",
         &spec_body(
             &server.url(),
             &["mock-base"],
@@ -304,10 +265,10 @@ fn faults_are_retried_and_never_cached() {
 
 #[test]
 fn killed_run_resumes_without_resending_and_ends_with_the_same_verdicts() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new().latency(Duration::from_millis(25)));
     let spec = env.spec(
-        "mini",
+        "mini.toml",
         &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""),
     );
     let cache = env.cache();
@@ -393,14 +354,14 @@ fn killed_run_resumes_without_resending_and_ends_with_the_same_verdicts() {
 
 #[test]
 fn two_processes_on_one_cache_both_finish() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new().latency(Duration::from_millis(2)));
     let a = env.spec(
-        "a",
+        "a.toml",
         &spec_body(&server.url(), &["model-a"], &["the-is", "colon"], ""),
     );
     let b = env.spec(
-        "b",
+        "b.toml",
         &spec_body(&server.url(), &["model-b"], &["the-is", "colon"], ""),
     );
     let cache = env.cache();
@@ -436,10 +397,10 @@ fn two_processes_on_one_cache_both_finish() {
 
 #[test]
 fn the_api_key_never_reaches_cache_logs_or_output() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new().required_api_key(SECRET));
     let spec = env.spec(
-        "mini",
+        "mini.toml",
         &spec_body(&server.url(), &["mock-base"], &["the-is"], ""),
     );
     let cache = env.cache();
@@ -465,7 +426,7 @@ fn the_api_key_never_reaches_cache_logs_or_output() {
         .output()
         .unwrap();
     let spec2 = env.spec(
-        "other",
+        "other.toml",
         &spec_body(&server.url(), &["model-z"], &["the-is"], ""),
     );
     let wrong2 = env
@@ -531,7 +492,7 @@ fn assert_one_line_error(out: &Output, needles: &[&str]) {
 
 #[test]
 fn bad_specs_fail_before_anything_is_written() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new());
     let good = spec_body(&server.url(), &["mock-base"], &["the-is"], "");
     let cache = env.cache();
@@ -539,7 +500,7 @@ fn bad_specs_fail_before_anything_is_written() {
     assert!(
         env.run(&[
             "run",
-            env.spec("good", &good).to_str().unwrap(),
+            env.spec("good.toml", &good).to_str().unwrap(),
             "--cache",
             cache.to_str().unwrap()
         ])
@@ -580,7 +541,7 @@ fn bad_specs_fail_before_anything_is_written() {
         ),
     ];
     for (name, body, needles) in cases {
-        let spec = env.spec(name, &body);
+        let spec = env.spec(&format!("{name}.toml"), &body);
         let mut cmd = env.command(&[
             "run",
             spec.to_str().unwrap(),
@@ -610,10 +571,10 @@ fn bad_specs_fail_before_anything_is_written() {
 
 #[test]
 fn a_cache_that_is_not_sqlite_is_refused_and_left_alone() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new());
     let spec = env.spec(
-        "mini",
+        "mini.toml",
         &spec_body(&server.url(), &["mock-base"], &["the-is"], ""),
     );
     let bogus = env.dir.path().join("notes.sqlite");
@@ -640,10 +601,10 @@ fn a_cache_that_is_not_sqlite_is_refused_and_left_alone() {
 
 #[test]
 fn ctrl_c_stops_cleanly_keeps_what_arrived_and_a_rerun_finishes() {
-    let env = Env::new();
+    let env = Env::new().var(KEY_ENV, SECRET);
     let server = env.server(MockConfig::new().latency(Duration::from_millis(50)));
     let spec = env.spec(
-        "mini",
+        "mini.toml",
         &spec_body(&server.url(), &["mock-base"], &["the-is", "colon"], ""),
     );
     let cache = env.cache();

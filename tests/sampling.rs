@@ -4,13 +4,16 @@
 //! current trials (in the store, the accuracies and the exports). Against a loopback mock
 //! server that honours seeds, on the shipped iris file.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
 #[path = "support/mock_server.rs"]
 mod mock_server;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use cli_env::Env;
 use mock_server::{MockConfig, MockServer};
 use tabcontam::probe::TestId;
 use tabcontam::store::{OWN_SOURCE, Store};
@@ -18,24 +21,15 @@ use tabcontam::store::{OWN_SOURCE, Store};
 /// iris' feature names: what a model that knows iris lists in test 2.
 const IRIS_FEATURES: &str = "sepal_length, sepal_width, petal_length, petal_width, species";
 
-struct Env {
-    dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
+/// This file's specs and commands: one sampled model on the environment's cache.
+trait Sampled {
+    fn sampled_spec(&self, url: &str, samples: u32) -> PathBuf;
+    fn run_spec(&self, spec: &Path) -> serde_json::Value;
+    fn report(&self, out: &str) -> (PathBuf, serde_json::Value);
 }
 
-impl Env {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-            runtime: tokio::runtime::Runtime::new().unwrap(),
-        }
-    }
-
-    fn cache(&self) -> PathBuf {
-        self.dir.path().join("cache.sqlite")
-    }
-
-    fn spec(&self, url: &str, samples: u32) -> PathBuf {
+impl Sampled for Env {
+    fn sampled_spec(&self, url: &str, samples: u32) -> PathBuf {
         let path = self.dir.path().join(format!("sampled-{samples}.toml"));
         let body = format!(
             "name = \"sampled\"\nseed = 0\ndatasets = [\"iris\"]\n\
@@ -46,16 +40,6 @@ impl Env {
         );
         std::fs::write(&path, body).unwrap();
         path
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .args(args)
-            .env("TABCONTAM_HOME", self.dir.path().join("home"))
-            .env_remove("TABCONTAM_DATA_DIR")
-            .env_remove("TABCONTAM_CACHE")
-            .output()
-            .unwrap()
     }
 
     fn run_spec(&self, spec: &Path) -> serde_json::Value {
@@ -136,7 +120,7 @@ fn samples_send_their_own_seeds_are_judged_one_by_one_and_reruns_keep_only_curre
     ));
 
     // Five samples per prompt.
-    let summary = env.run_spec(&env.spec(&server.url(), 5));
+    let summary = env.run_spec(&env.sampled_spec(&server.url(), 5));
     assert_eq!(summary["status"], "finished");
     // iris: test 2 (1 prompt), test 3 (1), test 7 (5), test 10 (100), five samples each.
     let prompts = 1 + 1 + 5 + 100;
@@ -243,7 +227,7 @@ fn samples_send_their_own_seeds_are_judged_one_by_one_and_reruns_keep_only_curre
 
     // The same spec with two samples: every cell is decided again from samples 0 and 1
     // (cached, nothing is sent), and the trials of samples 2-4 no longer count anywhere.
-    let summary = env.run_spec(&env.spec(&server.url(), 2));
+    let summary = env.run_spec(&env.sampled_spec(&server.url(), 2));
     assert_eq!(summary["counts"]["sent"], 0);
     assert_eq!(server.request_count(), 5 * prompts);
     let store = Store::open_read_only(env.cache()).unwrap();
@@ -279,7 +263,7 @@ fn samples_send_their_own_seeds_are_judged_one_by_one_and_reruns_keep_only_curre
     assert!(html.contains("<td>1/2</td>") && !html.contains("/5</td>"));
 
     // Back to one sample: greedy-style reports (no sampling columns), sample 0's answers.
-    let summary = env.run_spec(&env.spec(&server.url(), 1));
+    let summary = env.run_spec(&env.sampled_spec(&server.url(), 1));
     assert_eq!(
         summary["counts"]["sent"], 0,
         "sample 0 keeps its request keys"

@@ -122,11 +122,27 @@ fn two_shards_on_two_servers_merged_equal_a_single_run_and_its_report() {
     // Each machine sends its share only; together they send the plan exactly once.
     let shard1 = run_json(
         &env,
-        &["run", &s(&first_spec), "--shard", "1/2", "--cache", &s(&part1), "--json"],
+        &[
+            "run",
+            &s(&first_spec),
+            "--shard",
+            "1/2",
+            "--cache",
+            &s(&part1),
+            "--json",
+        ],
     );
     let shard2 = run_json(
         &env,
-        &["run", &s(&second_spec), "--shard", "2/2", "--cache", &s(&part2), "--json"],
+        &[
+            "run",
+            &s(&second_spec),
+            "--shard",
+            "2/2",
+            "--cache",
+            &s(&part2),
+            "--json",
+        ],
     );
     let (sent1, sent2) = (completions(&first), completions(&second));
     eprintln!("shard 1/2 sent {sent1}, shard 2/2 sent {sent2} of {REQUESTS}");
@@ -143,7 +159,14 @@ fn two_shards_on_two_servers_merged_equal_a_single_run_and_its_report() {
 
     let merge = run_json(
         &env,
-        &["cache", "merge", &s(&merged), &s(&part1), &s(&part2), "--json"],
+        &[
+            "cache",
+            "merge",
+            &s(&merged),
+            &s(&part1),
+            &s(&part2),
+            "--json",
+        ],
     );
     assert_eq!(merge["inputs"][0]["responses_added"], sent1, "{merge}");
     assert_eq!(merge["inputs"][1]["responses_added"], sent2, "{merge}");
@@ -157,7 +180,14 @@ fn two_shards_on_two_servers_merged_equal_a_single_run_and_its_report() {
     // Cells split over the shards are decided on the merged cache, sending nothing.
     let decided = run_json(
         &env,
-        &["run", &s(&single_spec), "--offline", "--cache", &s(&merged), "--json"],
+        &[
+            "run",
+            &s(&single_spec),
+            "--offline",
+            "--cache",
+            &s(&merged),
+            "--json",
+        ],
     );
     assert_eq!(decided["status"], "finished", "{decided}");
     assert_eq!(decided["counts"]["sent"], 0);
@@ -182,7 +212,10 @@ fn two_shards_on_two_servers_merged_equal_a_single_run_and_its_report() {
     assert!(a.len() >= 6, "{:?}", a.keys());
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
     for (name, bytes) in &a {
-        assert!(bytes == &b[name], "{name} differs between the single and the merged cache");
+        assert!(
+            bytes == &b[name],
+            "{name} differs between the single and the merged cache"
+        );
     }
 }
 
@@ -223,7 +256,10 @@ fn a_run_logging_to_a_file_writes_periodic_progress_lines() {
     for line in &lines[..lines.len() - 1] {
         assert!(line.contains(&format!("/{REQUESTS} (")), "{line}");
         assert!(line.contains("/s, ETA "), "{line}");
-        assert!(line.contains("tokens ") && line.contains(", cost $"), "{line}");
+        assert!(
+            line.contains("tokens ") && line.contains(", cost $"),
+            "{line}"
+        );
     }
     assert!(lines.last().unwrap().contains(", done, tokens "), "{log}");
     // No terminal redraws in a log.
@@ -270,7 +306,9 @@ fn response(text: &str) -> Response {
 fn cache_with(path: &Path, answers: &[(&str, &str)]) {
     let mut store = Store::open(path).unwrap();
     for (prompt, text) in answers {
-        store.put_response(&request(prompt), &response(text)).unwrap();
+        store
+            .put_response(&request(prompt), &response(text))
+            .unwrap();
     }
 }
 
@@ -327,7 +365,12 @@ fn a_bad_input_is_a_one_line_error_and_the_target_is_unchanged() {
     cache_with(
         &big,
         &(0..400)
-            .map(|i| (Box::leak(format!("prompt {i} {}", "x".repeat(400)).into_boxed_str()) as &str, "y"))
+            .map(|i| {
+                (
+                    Box::leak(format!("prompt {i} {}", "x".repeat(400)).into_boxed_str()) as &str,
+                    "y",
+                )
+            })
             .collect::<Vec<_>>(),
     );
     let bytes = std::fs::read(&big).unwrap();
@@ -371,11 +414,23 @@ fn export_writes_parquet_that_duckdb_reads_back_with_the_row_counts() {
     let spec = env.spec("export.toml", &spec_body(&server.url()));
     let cache = env.path("cache.sqlite");
     let cache_arg = cache.to_str().unwrap();
-    ok(env.run(&["run", spec.to_str().unwrap(), "--cache", cache_arg]), "run");
+    ok(
+        env.run(&["run", spec.to_str().unwrap(), "--cache", cache_arg]),
+        "run",
+    );
     let dir = env.path("parquet");
     let exported = run_json(
         &env,
-        &["cache", "export", "--format", "parquet", dir.to_str().unwrap(), "--cache", cache_arg, "--json"],
+        &[
+            "cache",
+            "export",
+            "--format",
+            "parquet",
+            dir.to_str().unwrap(),
+            "--cache",
+            cache_arg,
+            "--json",
+        ],
     );
     let store = Store::open_read_only(&cache).unwrap();
     let expected: BTreeMap<&str, u64> = [
@@ -417,7 +472,12 @@ fn export_writes_parquet_that_duckdb_reads_back_with_the_row_counts() {
             |r| r.get(0),
         )
         .unwrap();
-    let stored_passed = store.trials().unwrap().iter().filter(|t| t.verdict.passed).count();
+    let stored_passed = store
+        .trials()
+        .unwrap()
+        .iter()
+        .filter(|t| t.verdict.passed)
+        .count();
     assert_eq!(passed as usize, stored_passed);
 
     // And as a pandas/polars user does: Python's duckdb package.
@@ -439,7 +499,9 @@ fn export_writes_parquet_that_duckdb_reads_back_with_the_row_counts() {
         .unwrap();
     assert!(output.status.success(), "{:?}", text(&output));
     let counts: BTreeMap<String, u64> = serde_json::from_slice(&output.stdout).unwrap();
-    let expected: BTreeMap<String, u64> =
-        expected.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let expected: BTreeMap<String, u64> = expected
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     assert_eq!(counts, expected);
 }

@@ -49,10 +49,7 @@ CREATE TABLE cells (
 /// JSON text.
 pub fn export_parquet(store: &Store, dir: &Path) -> Result<Vec<ExportedFile>> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot create {}: {e}; pass another folder",
-            dir.display()
-        )
+        anyhow::anyhow!("cannot create {}: {e}; pass another folder", dir.display())
     })?;
     // External access stays on (COPY writes files); extensions are never fetched.
     let config = Config::default()
@@ -61,7 +58,8 @@ pub fn export_parquet(store: &Store, dir: &Path) -> Result<Vec<ExportedFile>> {
         .doing("configuring the export database")?;
     let conn =
         Connection::open_in_memory_with_flags(config).doing("opening an in-memory database")?;
-    conn.execute_batch(TABLES).doing("creating the export tables")?;
+    conn.execute_batch(TABLES)
+        .doing("creating the export tables")?;
     load(store, &conn)?;
     let mut written = Vec::new();
     for table in ["requests", "responses", "trials", "cells"] {

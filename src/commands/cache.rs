@@ -19,7 +19,11 @@ pub fn run(command: CacheCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn merge(out: &std::path::Path, inputs: &[std::path::PathBuf], json: bool) -> anyhow::Result<ExitCode> {
+fn merge(
+    out: &std::path::Path,
+    inputs: &[std::path::PathBuf],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     // Inputs first: a bad one must not leave a new, empty OUT behind.
     check_merge_inputs(out, inputs)?;
     let mut store = Store::open(out)?;

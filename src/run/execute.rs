@@ -579,7 +579,14 @@ mod tests {
             completion_tokens: 1_000,
             ..Default::default()
         };
-        let line = progress_line("gpt", &p, 400, 24, Some((2.5, 10.0)), Duration::from_secs(50));
+        let line = progress_line(
+            "gpt",
+            &p,
+            400,
+            24,
+            Some((2.5, 10.0)),
+            Duration::from_secs(50),
+        );
         assert_eq!(
             line,
             "progress 50s gpt: 100/400 (25.0%), 2.0/s, ETA 2m30s, 5 failed, 24 cached, \

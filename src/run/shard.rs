@@ -75,7 +75,8 @@ mod tests {
             let shards: Vec<Shard> = (1..=count).map(|i| Shard::new(i, count).unwrap()).collect();
             let mut sizes = vec![0usize; count as usize];
             for key in &keys {
-                let owners: Vec<usize> = (0..shards.len()).filter(|&s| shards[s].owns(key)).collect();
+                let owners: Vec<usize> =
+                    (0..shards.len()).filter(|&s| shards[s].owns(key)).collect();
                 assert_eq!(owners.len(), 1, "key owned by {owners:?} of {count}");
                 sizes[owners[0]] += 1;
             }

@@ -108,7 +108,10 @@ impl Store {
     /// Merges the caches at `inputs` into this one, in one transaction: on any error
     /// nothing is changed. Each input is checked first (a tabcontam cache of this schema
     /// version; a foreign, damaged or older file is refused with its path).
-    pub fn merge_from(&mut self, inputs: &[PathBuf]) -> std::result::Result<MergeReport, MergeError> {
+    pub fn merge_from(
+        &mut self,
+        inputs: &[PathBuf],
+    ) -> std::result::Result<MergeReport, MergeError> {
         check_merge_inputs(&self.path, inputs)?;
         let path = self.path.clone();
         for (index, input) in inputs.iter().enumerate() {
@@ -144,7 +147,10 @@ impl Store {
 /// named once, is not the target, and is a tabcontam cache of this schema version (a
 /// foreign, damaged or older file is refused with its path). [`Store::merge_from`] checks
 /// again; a command calls this before creating the target.
-pub fn check_merge_inputs(target: &Path, inputs: &[PathBuf]) -> std::result::Result<(), MergeError> {
+pub fn check_merge_inputs(
+    target: &Path,
+    inputs: &[PathBuf],
+) -> std::result::Result<(), MergeError> {
     if inputs.len() > MAX_MERGE_INPUTS {
         return Err(MergeError::TooMany {
             count: inputs.len(),

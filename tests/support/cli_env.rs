@@ -14,6 +14,8 @@ use crate::mock_server::{MockConfig, MockServer};
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub runtime: tokio::runtime::Runtime,
+    /// Extra environment variables of every command (e.g. a test API key).
+    vars: Vec<(String, String)>,
 }
 
 impl Env {
@@ -21,7 +23,19 @@ impl Env {
         Self {
             dir: tempfile::tempdir().unwrap(),
             runtime: tokio::runtime::Runtime::new().unwrap(),
+            vars: Vec::new(),
         }
+    }
+
+    /// Sets `name=value` for every command of this environment.
+    pub fn var(mut self, name: &str, value: &str) -> Self {
+        self.vars.push((name.into(), value.into()));
+        self
+    }
+
+    /// The cache file commands of a test share.
+    pub fn cache(&self) -> PathBuf {
+        self.path("cache/tabcontam.sqlite")
     }
 
     /// A mock server, served by this environment's runtime until it is dropped.
@@ -49,7 +63,8 @@ impl Env {
             .env("TABCONTAM_HOME", self.path("home"))
             .env_remove("TABCONTAM_DATA_DIR")
             .env_remove("TABCONTAM_CACHE")
-            .env_remove("TABCONTAM_PROGRESS_INTERVAL");
+            .env_remove("TABCONTAM_PROGRESS_INTERVAL")
+            .envs(self.vars.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
