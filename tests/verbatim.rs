@@ -87,7 +87,10 @@ fn render(probe: &probe::Probe, limit: usize) -> String {
 fn prompt_snapshots_on_shipped_datasets() {
     let iris = load("iris");
     for test in TestId::VERBATIM {
-        insta::assert_snapshot!(format!("iris-{}", test.id()), render(&build(&iris, test), 2));
+        insta::assert_snapshot!(
+            format!("iris-{}", test.id()),
+            render(&build(&iris, test), 2)
+        );
     }
     let titanic = load("titanic");
     insta::assert_snapshot!(
@@ -114,11 +117,19 @@ fn prompt_snapshots_on_shipped_datasets() {
 fn first_token_skips_predictable_columns() {
     let titanic = build(&load("titanic"), TestId::FirstToken);
     let reason = titanic.skipped.expect("titanic's PassengerId is a row id");
-    assert!(reason.contains("PassengerId") && reason.contains("step"), "{reason}");
+    assert!(
+        reason.contains("PassengerId") && reason.contains("step"),
+        "{reason}"
+    );
     assert!(titanic.prompts.is_empty());
     let wine = build(&load("wine"), TestId::FirstToken);
-    let reason = wine.skipped.expect("wine's first column is its sorted class");
-    assert!(reason.contains("target") && reason.contains("repeat"), "{reason}");
+    let reason = wine
+        .skipped
+        .expect("wine's first column is its sorted class");
+    assert!(
+        reason.contains("target") && reason.contains("repeat"),
+        "{reason}"
+    );
     for id in ["iris", "adult"] {
         let probe = build(&load(id), TestId::FirstToken);
         assert!(probe.skipped.is_none(), "{id}: {:?}", probe.skipped);
@@ -169,12 +180,30 @@ fn decisions_follow_the_stated_rules() {
     let continuation = "4\n5,6\n";
     let baseline = verbatim::copy_baseline(prompt, continuation);
     assert_eq!(baseline, 0);
-    assert_eq!(verbatim::header_verdict("4\n5,6\n7", continuation, baseline), (6, true));
-    assert_eq!(verbatim::header_verdict("4\n9", continuation, baseline), (2, false));
-    assert_eq!(verbatim::header_verdict("```csv\n4\n5,", continuation, baseline), (4, true));
-    assert!(verbatim::row_matches("\n4.9,3,1.4,0.2,Iris-setosa\n5,", "4.9,3,1.4,0.2,Iris-setosa"));
-    assert!(!verbatim::row_matches("4.9,3,1.4,0.2,Iris-setosa5", "4.9,3,1.4,0.2,Iris-setosa"));
-    assert!(verbatim::value_matches("\"Braund, Mr. Owen Harris\"\n", "Braund, Mr. Owen Harris"));
+    assert_eq!(
+        verbatim::header_verdict("4\n5,6\n7", continuation, baseline),
+        (6, true)
+    );
+    assert_eq!(
+        verbatim::header_verdict("4\n9", continuation, baseline),
+        (2, false)
+    );
+    assert_eq!(
+        verbatim::header_verdict("```csv\n4\n5,", continuation, baseline),
+        (4, true)
+    );
+    assert!(verbatim::row_matches(
+        "\n4.9,3,1.4,0.2,Iris-setosa\n5,",
+        "4.9,3,1.4,0.2,Iris-setosa"
+    ));
+    assert!(!verbatim::row_matches(
+        "4.9,3,1.4,0.2,Iris-setosa5",
+        "4.9,3,1.4,0.2,Iris-setosa"
+    ));
+    assert!(verbatim::value_matches(
+        "\"Braund, Mr. Owen Harris\"\n",
+        "Braund, Mr. Owen Harris"
+    ));
     assert!(verbatim::first_token_matches("5.1,3.5", "5.1"));
 }
 
@@ -215,7 +244,10 @@ fn wait_until_ready(server: &mut ServerGuard, port: u16) {
                 return;
             }
         }
-        assert!(Instant::now() < deadline, "llama-server not ready after 120 s");
+        assert!(
+            Instant::now() < deadline,
+            "llama-server not ready after 120 s"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
 }
@@ -246,7 +278,13 @@ fn run_and_report(dir: &Path, spec: &str) -> serde_json::Value {
     let home = dir.join("home");
     let out = cli(
         &home,
-        &["run", spec_path.to_str().unwrap(), "--cache", cache.to_str().unwrap(), "--json"],
+        &[
+            "run",
+            spec_path.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+            "--json",
+        ],
     );
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["status"], "finished", "{summary}");
@@ -269,23 +307,47 @@ fn run_and_report(dir: &Path, spec: &str) -> serde_json::Value {
     let html = std::fs::read_to_string(report.join("report.html")).unwrap();
     let tex = std::fs::read_to_string(report.join("report.tex")).unwrap();
     let cells = scores["significance"].as_array().unwrap();
-    for test in ["header", "row-completion", "feature-completion-verbatim", "first-token"] {
+    for test in [
+        "header",
+        "row-completion",
+        "feature-completion-verbatim",
+        "first-token",
+    ] {
         let cell = cells
             .iter()
             .find(|c| c["test"] == test)
             .unwrap_or_else(|| panic!("no significance cell for {test}: {cells:?}"));
-        let (p, holm) = (cell["p_value"].as_f64().unwrap(), cell["p_holm"].as_f64().unwrap());
-        assert!((0.0..=1.0).contains(&p) && holm >= p && holm <= 1.0, "{cell}");
+        let (p, holm) = (
+            cell["p_value"].as_f64().unwrap(),
+            cell["p_holm"].as_f64().unwrap(),
+        );
+        assert!(
+            (0.0..=1.0).contains(&p) && holm >= p && holm <= 1.0,
+            "{cell}"
+        );
         assert_eq!(cell["family"], "verbatim");
         eprintln!(
             "{} {test}: passed={} score={} {}/{} chance={:.4} p={p:.4} p_holm={holm:.4}",
-            cell["model"], cell["passed"], cell["score"], cell["passed_trials"], cell["trials"],
+            cell["model"],
+            cell["passed"],
+            cell["score"],
+            cell["passed_trials"],
+            cell["trials"],
             cell["chance"].as_f64().unwrap()
         );
-        assert!(html.contains(&format!("{} {test}", cell["number"])), "HTML lacks {test}");
-        assert!(tex.contains(&format!("{} {test}", cell["number"])), "LaTeX lacks {test}");
+        assert!(
+            html.contains(&format!("{} {test}", cell["number"])),
+            "HTML lacks {test}"
+        );
+        assert!(
+            tex.contains(&format!("{} {test}", cell["number"])),
+            "LaTeX lacks {test}"
+        );
     }
-    let membership = cells.iter().find(|c| c["test"] == "membership").expect("membership p");
+    let membership = cells
+        .iter()
+        .find(|c| c["test"] == "membership")
+        .expect("membership p");
     assert_eq!(membership["chance"], 0.5);
     assert!(html.contains("Holm") && tex.contains("Holm"));
     scores
@@ -317,7 +379,16 @@ fn verbatim_tests_against_llama_server() {
         .args(["-m".as_ref(), model.as_os_str()])
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         // Two slots of 2,048 tokens (the chat wrapper and a 400-token header continuation).
-        .args(["-c", "4096", "-np", "2", "-t", "2", "--no-webui", "--no-warmup"])
+        .args([
+            "-c",
+            "4096",
+            "-np",
+            "2",
+            "-t",
+            "2",
+            "--no-webui",
+            "--no-warmup",
+        ])
         .stdin(Stdio::null())
         .stdout(log_file.try_clone().unwrap())
         .stderr(log_file)
@@ -337,7 +408,11 @@ fn verbatim_tests_against_llama_server() {
         ),
     );
     let cells = scores["significance"].as_array().unwrap();
-    assert!(cells.iter().any(|c| c["model"] == "smollm2-chat" && c["test"] == "row-completion"));
+    assert!(
+        cells
+            .iter()
+            .any(|c| c["model"] == "smollm2-chat" && c["test"] == "row-completion")
+    );
 }
 
 /// The same verbatim tests in-process (`backend = "local"`) on the same GGUF file.

@@ -936,9 +936,16 @@ pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
     });
     let mut start = 0;
     while start < rows.len() {
-        let end = start + rows[start..].iter().take_while(|r| r.model == rows[start].model).count();
+        let end = start
+            + rows[start..]
+                .iter()
+                .take_while(|r| r.model == rows[start].model)
+                .count();
         let p: Vec<f64> = rows[start..end].iter().map(|r| r.p_value).collect();
-        for (row, adjusted) in rows[start..end].iter_mut().zip(crate::significance::holm(&p)) {
+        for (row, adjusted) in rows[start..end]
+            .iter_mut()
+            .zip(crate::significance::holm(&p))
+        {
             row.p_holm = adjusted;
         }
         start = end;
