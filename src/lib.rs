@@ -15,4 +15,5 @@ pub mod probe;
 pub mod report;
 pub mod request;
 pub mod run;
+pub mod significance;
 pub mod store;

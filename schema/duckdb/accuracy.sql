@@ -4,5 +4,5 @@
 SELECT c.source, c.model, c.dataset, c.test, c.n, c.k, c.invalid, c.samples
 FROM scored_cells c
 JOIN datasets d ON d.id = c.dataset
-WHERE c.number >= 10 AND c.n > 0
+WHERE c.number BETWEEN 10 AND 12 AND c.n > 0
 ORDER BY c.source, c.model, c.number, d.position, c.dataset;

@@ -12,7 +12,7 @@ CREATE TABLE settings (
 
 CREATE TABLE tests (
     id     VARCHAR NOT NULL,
-    number INTEGER NOT NULL,  -- the paper's numbering, 1–12
+    number INTEGER NOT NULL,  -- the paper's numbering 1–12, then the verbatim tests 13–16
     kind   VARCHAR NOT NULL   -- knowledge, memorization, classification
 );
 

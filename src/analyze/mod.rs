@@ -1100,6 +1100,10 @@ fn test_info(test: TestId) -> TestInfo {
         TestId::Membership => "Membership",
         TestId::Classify0Shot => "0-shot classification",
         TestId::Classify1Shot => "1-shot classification",
+        TestId::Header => "Header (verbatim)",
+        TestId::RowCompletion => "Row completion (verbatim)",
+        TestId::FeatureCompletionVerbatim => "Feature completion (verbatim)",
+        TestId::FirstToken => "First token (verbatim)",
     };
     TestInfo {
         id: test.id().to_string(),

@@ -57,6 +57,17 @@ pub fn is_echo(
                 })
         }
         Expected::Choice { .. } => false,
+        // The header rule already discounts whatever copying from the prompt explains, and
+        // the first-token test's chance level covers guessing.
+        Expected::Continuation { .. } | Expected::FirstToken { .. } => false,
+        // An exact row or value that the prompt shows as a line or a field was copied.
+        Expected::ExactRow { row } => prompt.lines().any(|line| line == row),
+        Expected::ExactValue { value, .. } => {
+            let field = super::verbatim::csv_field(value);
+            prompt
+                .lines()
+                .any(|line| line.split(',').any(|f| f == field || f == value))
+        }
     }
 }
 

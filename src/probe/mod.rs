@@ -11,6 +11,7 @@ mod membership;
 mod memorization;
 pub mod pack;
 pub mod rng;
+pub mod verbatim;
 
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +41,14 @@ pub enum TestId {
     Classify0Shot,
     #[serde(rename = "classify-1shot")]
     Classify1Shot,
+    /// Test 13 (family `verbatim`): the raw file's beginning, continued exactly.
+    Header,
+    /// Test 14: the next row of the raw file, exactly.
+    RowCompletion,
+    /// Test 15: a near-unique value of a raw row, exactly.
+    FeatureCompletionVerbatim,
+    /// Test 16: the first token of the next raw row, against the most common one.
+    FirstToken,
 }
 
 /// What a test measures.
@@ -55,7 +64,36 @@ pub enum TestKind {
 }
 
 impl TestId {
-    pub const ALL: [TestId; 12] = [
+    /// Every test: the paper's twelve, then the verbatim family (13–16).
+    pub const ALL: [TestId; 16] = [
+        TestId::FeatureListInformed,
+        TestId::FeatureListUninformed,
+        TestId::RecognitionFeatures,
+        TestId::RecognitionExamples,
+        TestId::FeatureValuesInformed,
+        TestId::FeatureValuesUninformed,
+        TestId::IncompleteCompletion,
+        TestId::FullCompletion,
+        TestId::FeatureCompletion,
+        TestId::Membership,
+        TestId::Classify0Shot,
+        TestId::Classify1Shot,
+        TestId::Header,
+        TestId::RowCompletion,
+        TestId::FeatureCompletionVerbatim,
+        TestId::FirstToken,
+    ];
+
+    /// The verbatim tests on the raw file (SPEC §8; spec name `verbatim`).
+    pub const VERBATIM: [TestId; 4] = [
+        TestId::Header,
+        TestId::RowCompletion,
+        TestId::FeatureCompletionVerbatim,
+        TestId::FirstToken,
+    ];
+
+    /// The paper's twelve tests (spec name `all`: unchanged by later families).
+    pub const PAPER: [TestId; 12] = [
         TestId::FeatureListInformed,
         TestId::FeatureListUninformed,
         TestId::RecognitionFeatures,
@@ -97,10 +135,23 @@ impl TestId {
             TestId::Membership => "membership",
             TestId::Classify0Shot => "classify-0shot",
             TestId::Classify1Shot => "classify-1shot",
+            TestId::Header => "header",
+            TestId::RowCompletion => "row-completion",
+            TestId::FeatureCompletionVerbatim => "feature-completion-verbatim",
+            TestId::FirstToken => "first-token",
         }
     }
 
-    /// The paper's test number (1–12).
+    /// The family a test belongs to: `paper` (1–12) or `verbatim` (13–16).
+    pub fn family(self) -> &'static str {
+        if TestId::VERBATIM.contains(&self) {
+            "verbatim"
+        } else {
+            "paper"
+        }
+    }
+
+    /// The test number (the paper's 1–12, then 13–16).
     pub fn number(self) -> u8 {
         TestId::ALL.iter().position(|&t| t == self).unwrap() as u8 + 1
     }
@@ -138,6 +189,12 @@ impl TestId {
             TestId::FullCompletion => 512,
             TestId::FeatureCompletion => 64,
             TestId::Membership | TestId::Classify0Shot | TestId::Classify1Shot => 4,
+            // Enough for the longest continuation compared (1,200 characters).
+            TestId::Header => 400,
+            // One row of the widest shipped file (adult) is about 60 tokens.
+            TestId::RowCompletion => 128,
+            TestId::FeatureCompletionVerbatim => 32,
+            TestId::FirstToken => 8,
         }
     }
 
@@ -151,6 +208,11 @@ impl TestId {
                 | TestId::FeatureListUninformed
                 | TestId::RecognitionFeatures
                 | TestId::FeatureValuesUninformed
+                // Raw file text: no serialization template applies.
+                | TestId::Header
+                | TestId::RowCompletion
+                | TestId::FeatureCompletionVerbatim
+                | TestId::FirstToken
         )
     }
 }
@@ -165,7 +227,7 @@ impl std::fmt::Display for TestId {
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error(
-        "unknown test `{0}`; known tests: feature-list-informed, feature-list-uninformed, recognition-features, recognition-examples, feature-values-informed, feature-values-uninformed, incomplete-completion, full-completion, feature-completion, membership, classify-0shot, classify-1shot (or their numbers 1–12)"
+        "unknown test `{0}`; known tests: feature-list-informed, feature-list-uninformed, recognition-features, recognition-examples, feature-values-informed, feature-values-uninformed, incomplete-completion, full-completion, feature-completion, membership, classify-0shot, classify-1shot, header, row-completion, feature-completion-verbatim, first-token (or their numbers 1–16; families: all = 1–12, contamination = 1–9, verbatim = 13–16)"
     )]
     UnknownTest(String),
     #[error("dataset `{dataset}`: {message}")]
@@ -190,6 +252,17 @@ pub enum Expected {
         choices: Vec<String>,
         correct: usize,
     },
+    /// Test 13: the exact continuation of the raw file; passed when the output reproduces
+    /// more than `copy_baseline` characters (what copying from the prompt explains) by at
+    /// least one whole field ([`verbatim::header_verdict`]).
+    Continuation { text: String, copy_baseline: usize },
+    /// Test 14: the next raw row, exactly (first non-empty output line).
+    ExactRow { row: String },
+    /// Test 15: the value of `feature`, exactly.
+    ExactValue { feature: String, value: String },
+    /// Test 16: the next row's first token; `baseline` is the share of the file's rows
+    /// that start with its most common first token.
+    FirstToken { token: String, baseline: f64 },
 }
 
 /// One prompt a run sends, with what it expects back.
@@ -204,8 +277,22 @@ pub struct Prompt {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub note: Option<String>,
     pub text: String,
+    /// What chat models are sent instead of `text` (verbatim tests: an instruction with
+    /// examples from other datasets around the raw text); `None`: `text` for every model.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub chat_text: Option<String>,
     pub max_tokens: u32,
     pub expected: Expected,
+}
+
+impl Prompt {
+    /// The text sent to a model: [`Prompt::chat_text`] for chat models where there is one.
+    pub fn text_for(&self, chat: bool) -> &str {
+        match (&self.chat_text, chat) {
+            (Some(wrapped), true) => wrapped,
+            _ => &self.text,
+        }
+    }
 }
 
 /// The prompts of one (dataset, test, serialization) cell.
@@ -306,6 +393,7 @@ impl ProbeContext<'_> {
             trial,
             note: None,
             text,
+            chat_text: None,
             max_tokens: test.max_tokens(),
             expected,
         }
@@ -343,6 +431,10 @@ pub fn build(test: TestId, ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> 
         TestId::Membership => membership::membership(ctx),
         TestId::Classify0Shot => classify::zero_shot(ctx),
         TestId::Classify1Shot => classify::one_shot(ctx),
+        TestId::Header => verbatim::header(ctx),
+        TestId::RowCompletion => verbatim::row_completion(ctx),
+        TestId::FeatureCompletionVerbatim => verbatim::feature_completion_verbatim(ctx),
+        TestId::FirstToken => verbatim::first_token_test(ctx),
     }
 }
 
@@ -385,6 +477,25 @@ pub fn judge(
                 invalid: true,
             },
         },
+        Expected::Continuation {
+            text,
+            copy_baseline,
+        } => TrialVerdict {
+            passed: verbatim::header_verdict(output, text, *copy_baseline).1,
+            invalid: false,
+        },
+        Expected::ExactRow { row } => TrialVerdict {
+            passed: verbatim::row_matches(output, row),
+            invalid: false,
+        },
+        Expected::ExactValue { value, .. } => TrialVerdict {
+            passed: verbatim::value_matches(output, value),
+            invalid: false,
+        },
+        Expected::FirstToken { token, .. } => TrialVerdict {
+            passed: verbatim::first_token_matches(output, token),
+            invalid: false,
+        },
     }
 }
 
@@ -399,6 +510,21 @@ pub struct CellResult {
     pub trials: usize,
     pub passed_trials: usize,
     pub invalid_trials: usize,
+    /// The probability that one trial passes by chance (see [`chance_level`]); `None`
+    /// where none is defined (tests 1–9).
+    #[serde(default)]
+    pub chance: Option<f64>,
+}
+
+impl CellResult {
+    /// The exact one-sided binomial p-value of the passed trials under the chance level.
+    pub fn p_value(&self) -> Option<f64> {
+        crate::significance::binomial_upper_tail(
+            self.passed_trials as u64,
+            self.trials as u64,
+            self.chance?,
+        )
+    }
 }
 
 /// Aggregates trial verdicts into a cell result (SPEC §2, "trials → cell").
@@ -422,7 +548,104 @@ pub fn aggregate(test: TestId, verdicts: &[TrialVerdict]) -> CellResult {
         trials,
         passed_trials,
         invalid_trials,
+        chance: None,
     }
+}
+
+/// One judged trial as the cell decision sees it.
+pub struct JudgedTrial<'a> {
+    pub expected: &'a Expected,
+    pub output: &'a str,
+    pub verdict: TrialVerdict,
+}
+
+/// The chance level of a trial of `test` (SPEC §8): 0.5 for membership; for
+/// classification the majority-class rate among the cell's rows; for the first-token test
+/// the share of the file's rows starting with its most common first token; for the other
+/// verbatim tests the *shuffled-row rate*: every output judged against the expectation of
+/// every other trial of the cell, (matches + 1) / (pairs + 2) so that no match never
+/// claims an impossible chance of 0. `None` for tests 1–9.
+pub fn chance_level(
+    test: TestId,
+    trials: &[JudgedTrial<'_>],
+    dictionary: &Dictionary,
+    profile: Alg1Profile,
+) -> Option<f64> {
+    if trials.is_empty() {
+        return None;
+    }
+    match test {
+        TestId::Membership => Some(0.5),
+        TestId::Classify0Shot | TestId::Classify1Shot => {
+            let mut counts = std::collections::BTreeMap::new();
+            for t in trials {
+                if let Expected::Choice { correct, .. } = t.expected {
+                    *counts.entry(*correct).or_insert(0usize) += 1;
+                }
+            }
+            let majority = counts.values().copied().max()?;
+            Some(majority as f64 / trials.len() as f64)
+        }
+        TestId::FirstToken => match trials[0].expected {
+            Expected::FirstToken { baseline, .. } => Some(*baseline),
+            _ => None,
+        },
+        TestId::Header | TestId::RowCompletion | TestId::FeatureCompletionVerbatim => {
+            let mut matches = 0usize;
+            let mut pairs = 0usize;
+            for (i, a) in trials.iter().enumerate() {
+                for (j, b) in trials.iter().enumerate() {
+                    if i != j {
+                        pairs += 1;
+                        matches +=
+                            usize::from(judge(b.expected, a.output, dictionary, profile).passed);
+                    }
+                }
+            }
+            Some((matches + 1) as f64 / (pairs + 2) as f64)
+        }
+        _ => None,
+    }
+}
+
+/// The verbatim tests' decisions, stated once for the reports.
+pub const VERBATIM_RULE: &str = "Verbatim tests (13-16) on the raw CSV text: header passes when some cut's output reproduces the file beyond what copying from the prompt explains by at least one whole field (score: longest exact continuation, characters); row-completion, feature-completion-verbatim and first-token pass when their exact matches are significantly above chance (one-sided exact binomial p < 0.05; chance: the shuffled-row rate, resp. the most-common-first-token share); score: share of exact trials.";
+
+/// Decides one sample of a cell: [`aggregate`], with the chance level attached and, for
+/// the verbatim tests, their own rule and score ([`VERBATIM_RULE`]).
+pub fn decide_cell(
+    test: TestId,
+    trials: &[JudgedTrial<'_>],
+    dictionary: &Dictionary,
+    profile: Alg1Profile,
+) -> CellResult {
+    let verdicts: Vec<TrialVerdict> = trials.iter().map(|t| t.verdict).collect();
+    let mut result = aggregate(test, &verdicts);
+    result.chance = chance_level(test, trials, dictionary, profile);
+    match test {
+        TestId::Header => {
+            result.score = trials
+                .iter()
+                .filter_map(|t| match t.expected {
+                    Expected::Continuation {
+                        text,
+                        copy_baseline,
+                    } => Some(verbatim::header_verdict(t.output, text, *copy_baseline).0),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0) as f64;
+        }
+        TestId::RowCompletion | TestId::FeatureCompletionVerbatim | TestId::FirstToken => {
+            result.score = ratio(result.passed_trials, result.trials);
+            result.passed = result.passed_trials > 0
+                && result
+                    .p_value()
+                    .is_some_and(|p| p < crate::significance::ALPHA);
+        }
+        _ => {}
+    }
+    result
 }
 
 /// How a cell with several samples (SPEC §5: temperature > 0, `samples = n`) is decided,
@@ -448,14 +671,23 @@ pub fn aggregate_samples(test: TestId, samples: &[CellResult]) -> CellResult {
                 samples.iter().map(|s| s.score).sum::<f64>() / samples.len() as f64
             }
         }
+        TestId::RowCompletion | TestId::FeatureCompletionVerbatim | TestId::FirstToken => {
+            ratio(passed_trials, trials)
+        }
+        TestId::Header => samples.iter().map(|s| s.score).fold(0.0, f64::max),
         _ => f64::from(u8::from(passed)),
     };
+    // Samples of one cell share their expectations; their chance levels differ only by
+    // the outputs the shuffled-row rate is computed from: the cell keeps their mean.
+    let chances: Vec<f64> = samples.iter().filter_map(|s| s.chance).collect();
+    let chance = (!chances.is_empty()).then(|| chances.iter().sum::<f64>() / chances.len() as f64);
     CellResult {
         passed,
         score,
         trials,
         passed_trials,
         invalid_trials,
+        chance,
     }
 }
 

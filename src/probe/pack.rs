@@ -124,11 +124,11 @@ impl PromptPack {
         })?;
         let mut templates = BTreeMap::new();
         for (section, body) in raw.sections {
-            let Some(test) = TestId::parse(&section) else {
+            let Some(test) = TestId::parse(&section).filter(|t| TestId::PAPER.contains(t)) else {
                 return Err(PackError::UnknownSection {
                     source_name: source_name.into(),
                     section,
-                    known: TestId::ALL
+                    known: TestId::PAPER
                         .iter()
                         .map(|t| t.id())
                         .collect::<Vec<_>>()
@@ -161,7 +161,8 @@ impl PromptPack {
                 },
             );
         }
-        for test in TestId::ALL {
+        // The verbatim tests (13–16) send the raw file text: no template to fill.
+        for test in TestId::PAPER {
             if !templates.contains_key(&test) {
                 return Err(PackError::Missing {
                     source_name: source_name.into(),
@@ -213,6 +214,7 @@ pub fn placeholders(test: TestId) -> &'static [&'static str] {
         ],
         Classify0Shot => &["row", "question", "answer_hint"],
         Classify1Shot => &["examples", "row", "question", "answer_hint"],
+        Header | RowCompletion | FeatureCompletionVerbatim | FirstToken => &[],
     }
 }
 
@@ -313,7 +315,7 @@ mod tests {
     #[test]
     fn builtin_pack_covers_every_test() {
         let pack = PromptPack::builtin();
-        for test in TestId::ALL {
+        for test in TestId::PAPER {
             assert!(!pack.templates(test).template.is_empty());
         }
         assert!(pack.templates(TestId::Classify1Shot).example.is_some());

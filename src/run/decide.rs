@@ -23,7 +23,7 @@ pub struct Decisions {
 /// all its trials are answered, so a partial run never publishes a partial cell.
 ///
 /// With several samples (SPEC §5), the test's rule is applied to each sample's trials on
-/// its own ([`probe::aggregate`]), and the cell combines the samples with
+/// its own ([`probe::decide_cell`]), and the cell combines the samples with
 /// [`probe::aggregate_samples`]: it passes when any sample passes.
 pub fn decide(
     spec: &Spec,
@@ -50,7 +50,8 @@ pub fn decide(
         let samples = spec.models[cell.model].samples.max(1) as usize;
         let serialization =
             (cell.serialization != NO_SERIALIZATION).then(|| cell.serialization.clone());
-        let mut verdicts: Vec<Vec<TrialVerdict>> = vec![Vec::new(); samples];
+        let mut judged: Vec<Vec<probe::JudgedTrial<'_>>> =
+            (0..samples).map(|_| Vec::new()).collect();
         for planned in &cell.trials {
             let response = &responses[&planned.key];
             let verdict = *memo
@@ -63,7 +64,11 @@ pub fn decide(
                         profile,
                     )
                 });
-            verdicts[planned.sample as usize].push(verdict);
+            judged[planned.sample as usize].push(probe::JudgedTrial {
+                expected: &planned.prompt.expected,
+                output: &response.text,
+                verdict,
+            });
             trials.push(TrialRow {
                 model: model_id.clone(),
                 dataset: cell.dataset.clone(),
@@ -79,9 +84,9 @@ pub fn decide(
                 run_id: None,
             });
         }
-        let per_sample: Vec<probe::CellResult> = verdicts
+        let per_sample: Vec<probe::CellResult> = judged
             .iter()
-            .map(|v| probe::aggregate(cell.test, v))
+            .map(|trials| probe::decide_cell(cell.test, trials, dictionary, profile))
             .collect();
         cells.push(CellRow {
             source: OWN_SOURCE.to_string(),

@@ -58,7 +58,7 @@ impl Plan {
         Request {
             model: self.identities[source.model].clone(),
             api: model.api,
-            prompt: source.prompt.text.clone(),
+            prompt: source.prompt.text_for(model.is_chat()).to_string(),
             params: params(model, &source.prompt, source.sample),
             sample: source.sample,
         }
@@ -202,7 +202,7 @@ pub fn assemble_plan(
                             let key = RequestKey::compute(
                                 &identities[model_index],
                                 model.api,
-                                &prompt.text,
+                                prompt.text_for(model.is_chat()),
                                 &params,
                                 sample,
                             );

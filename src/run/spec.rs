@@ -111,6 +111,19 @@ fn default_concurrency() -> usize {
 fn one() -> u32 {
     1
 }
+impl ModelSpec {
+    /// Whether the model answers chat messages rather than continuing raw text: chat APIs,
+    /// Anthropic and Gemini, and local models run with their chat template. Verbatim
+    /// prompts wrap the raw file text in an instruction for them.
+    pub fn is_chat(&self) -> bool {
+        match self.backend {
+            BackendKind::Anthropic | BackendKind::Gemini => true,
+            BackendKind::Local => self.chat_template,
+            BackendKind::OpenaiCompatible => self.api == ApiMode::Chat,
+        }
+    }
+}
+
 fn default_api_seed() -> Option<u64> {
     Some(0)
 }
@@ -699,15 +712,22 @@ fn is_redacted(text: &str) -> bool {
     })
 }
 
-/// `["all"]`, ids or numbers; duplicates removed, paper order kept.
+/// `["all"]` (the paper's 12), `"contamination"` (1–9), `"verbatim"` (13–16), ids or
+/// numbers; duplicates removed, test order kept.
 pub fn parse_tests(names: &[String]) -> Result<Vec<TestId>, String> {
     if names.is_empty() {
         return Err("empty; list test ids or [\"all\"]".into());
     }
     let mut tests = Vec::new();
     for name in names {
+        // `all` keeps meaning the paper's twelve, so existing specs plan (and cache) what
+        // they always did; later families are named on their own.
         if name == "all" {
-            tests.extend(TestId::ALL);
+            tests.extend(TestId::PAPER);
+            continue;
+        }
+        if name == "verbatim" {
+            tests.extend(TestId::VERBATIM);
             continue;
         }
         if name == "contamination" {

@@ -29,6 +29,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0003_samples",
         sql: include_str!("../../schema/sqlite/0003_samples.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_significance",
+        sql: include_str!("../../schema/sqlite/0004_significance.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.

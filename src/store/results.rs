@@ -115,6 +115,7 @@ fn result_from_row(row: &Row<'_>) -> rusqlite::Result<CellResult> {
         trials: row.get::<_, i64>("trials")? as usize,
         passed_trials: row.get::<_, i64>("passed_trials")? as usize,
         invalid_trials: row.get::<_, i64>("invalid_trials")? as usize,
+        chance: row.get("chance")?,
     })
 }
 
@@ -131,12 +132,12 @@ fn serialization_from_sql(text: String) -> Option<String> {
 
 const TRIAL_COLUMNS: &str = "model, dataset, test, serialization, seed, sample, trial, run_id, request_key, note, expected, passed, invalid";
 const SAMPLE_COLUMNS: &str = "model, dataset, test, serialization, seed, sample, run_id, passed, score, trials, \
-     passed_trials, invalid_trials";
+     passed_trials, invalid_trials, chance";
 /// Matches one cell's rows in `trials` and `cell_samples`.
 const CELL_MATCH: &str =
     "model = ?1 AND dataset = ?2 AND test = ?3 AND serialization = ?4 AND seed = ?5";
 const CELL_COLUMNS: &str = "source, model, dataset, test, serialization, seed, run_id, passed, score, trials, \
-     passed_trials, invalid_trials, skipped";
+     passed_trials, invalid_trials, skipped, chance";
 
 impl Store {
     /// Stores trial verdicts decided by `run` in one transaction. The trials given for a
@@ -280,7 +281,7 @@ fn write_trials(
         let mut stmt = tx
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO trials ({TRIAL_COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
             ))
             .at(path)?;
         for t in trials {
@@ -317,7 +318,7 @@ fn write_cells(
         let mut stmt = tx
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO cells ({CELL_COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
             ))
             .at(path)?;
         let mut clear_trials = tx
@@ -331,7 +332,7 @@ fn write_cells(
         let mut put_sample = tx
             .prepare_cached(&format!(
                 "INSERT INTO cell_samples ({SAMPLE_COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
             ))
             .at(path)?;
         for c in cells {
@@ -370,6 +371,7 @@ fn write_cells(
                             result.trials as i64,
                             result.passed_trials as i64,
                             result.invalid_trials as i64,
+                            result.chance,
                         ])
                         .at(path)?;
                 }
@@ -388,6 +390,7 @@ fn write_cells(
                 c.result.passed_trials as i64,
                 c.result.invalid_trials as i64,
                 c.skipped,
+                c.result.chance,
             ])
             .at(path)?;
         }
