@@ -28,6 +28,7 @@ import io
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -332,11 +333,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--api", choices=["completions", "chat"], default="completions",
                         help="both tools: raw completion (base-model setting) or chat")
-    parser.add_argument("--peer-max-tokens", type=int, default=None,
-                        help="tabmemcheck.config.max_tokens (its default 1000 tokens per "
-                        "header/feature query is minutes per query on 2 CPU cores)")
+    parser.add_argument("--peer-max-tokens", default="match",
+                        help="tabmemcheck.config.max_tokens: `match` (default) gives it "
+                        "tabcontam's budget of the same test (header 400, feature "
+                        "completion 32), `peer` keeps its own 1000, or a number")
     parser.add_argument("--no-rerun", action="store_true", help="skip the second run of each")
-    parser.add_argument("--threads", type=int, default=2, help="llama-server threads [2]")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="llama-server threads [1: its spinning threads collapse on a "
+                        "busy 2-core machine]")
     parser.add_argument("--server", type=Path, default=ASSETS / "bin/llama-server")
     parser.add_argument("--model", type=Path,
                         default=ASSETS / "models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -368,6 +372,8 @@ def main() -> int:
             raise SystemExit(f"vs_tabmemcheck: --datasets: no shipped CSV {csv} (with header)")
         csvs[d] = csv
 
+    # A terminated benchmark still stops its server (the `finally` below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     port = free_port()
     log(f"starting llama-server on 127.0.0.1:{port}")
     server = start_server(args.server, args.model, port, out / "llama-server.log", args.threads)
@@ -379,8 +385,9 @@ def main() -> int:
         for d in datasets:
             for test in tests:
                 log(f"{d} / {test}: tabmemcheck")
+                budget = peer_budget(args.peer_max_tokens, test)
                 outcome, numbers, secs, text = run_peer(
-                    test, csvs[d], llm, args.trials, args.seed, args.peer_max_tokens
+                    test, csvs[d], llm, args.trials, args.seed, budget
                 )
                 (out / f"tabmemcheck-{d}-{test}.log").write_text(text)
                 peer = {"outcome": outcome, "numbers": numbers, "seconds": secs,
@@ -388,7 +395,7 @@ def main() -> int:
                 if not args.no_rerun:
                     log(f"{d} / {test}: tabmemcheck rerun")
                     again, _, peer["rerun_seconds"], _ = run_peer(
-                        test, csvs[d], llm, args.trials, args.seed, args.peer_max_tokens
+                        test, csvs[d], llm, args.trials, args.seed, budget
                     )
                     peer["rerun_outcome"] = again
                 log(f"{d} / {test}: tabcontam")
@@ -420,6 +427,27 @@ def main() -> int:
     print(notes)
     print(f"\nwritten: {out / 'vs_tabmemcheck.json'}, {out / 'vs_tabmemcheck.md'}")
     return 0
+
+
+# tabcontam's max_tokens of each test (TestId::max_tokens in src/probe/mod.rs). tabmemcheck
+# sends its config.max_tokens (1000) with header and feature-completion queries and no stop
+# sequence, so without a cap its queries generate up to 1000 tokens each; its row and
+# first-token queries ask for 1 + len(row) tokens themselves.
+OUR_BUDGET = {"header": 400, "feature-completion-verbatim": 32}
+
+
+def peer_budget(setting: str, test: str) -> int | None:
+    """tabmemcheck.config.max_tokens for `test` under --peer-max-tokens."""
+    if setting == "match":
+        return OUR_BUDGET.get(test, 1000)
+    if setting == "peer":
+        return 1000
+    try:
+        return int(setting)
+    except ValueError:
+        raise SystemExit(
+            f"vs_tabmemcheck: --peer-max-tokens: `{setting}` is not match, peer or a number"
+        )
 
 
 def peer_version() -> str:

@@ -12,7 +12,10 @@ assets="${TABCONTAM_TEST_ASSETS:-$HOME/.cache/tabcontam-test-assets}"
 python="${PYTHON:-python3}"
 venv="$assets/venv-tabmemcheck"
 # Pinned: the side-by-side table in docs/vs-tabmemcheck.md was measured with these.
-packages=(tabmemcheck==0.1.6)
+# tabmemcheck 0.1.6 does not bound pandas, but it tells text columns by `dtype == "object"`,
+# which pandas 3 no longer gives them (its first-token test then fails in `df.mean()`):
+# pandas 2.3.3 is the last release it works with.
+packages=(tabmemcheck==0.1.6 pandas==2.3.3)
 
 log() { printf 'ci-install-tabmemcheck: %s\n' "$*" >&2; }
 mkdir -p "$assets"
