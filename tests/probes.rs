@@ -140,7 +140,7 @@ fn render(probe: &probe::Probe, limit: usize) -> String {
 
 #[test]
 fn prompt_snapshots() {
-    for test in TestId::ALL {
+    for test in TestId::PAPER {
         let limit = if matches!(
             test,
             TestId::Membership | TestId::Classify0Shot | TestId::Classify1Shot
@@ -160,7 +160,7 @@ fn prompt_snapshots() {
 
 #[test]
 fn prompts_are_byte_identical_across_builds_and_change_with_the_seed() {
-    for test in TestId::ALL {
+    for test in TestId::PAPER {
         let a = build(test, "colon", 7);
         let b = build(test, "colon", 7);
         assert_eq!(a, b, "{test}");
@@ -182,7 +182,7 @@ fn prompts_are_byte_identical_across_builds_and_change_with_the_seed() {
 
 #[test]
 fn serialization_only_matters_for_tests_with_rows() {
-    for test in TestId::ALL {
+    for test in TestId::PAPER {
         let a = build(test, "the-is", 0);
         let b = build(test, "equals", 0);
         if test.serializes_rows() {
@@ -481,7 +481,7 @@ fn paper_code_variant_uses_the_first_rows() {
         );
     }
     // Every other test builds the same prompts under both variants.
-    for test in TestId::ALL {
+    for test in TestId::PAPER {
         if !matches!(
             test,
             TestId::RecognitionExamples | TestId::FeatureCompletion
@@ -541,7 +541,7 @@ fn serialized_rows_keep_the_files_column_order() {
     for dataset in &datasets {
         for serialization in ["the-is", "is-equal-to"] {
             let s = Serialization::builtin(serialization).unwrap();
-            for test in TestId::ALL {
+            for test in TestId::PAPER {
                 if !test.serializes_rows() {
                     continue;
                 }

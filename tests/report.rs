@@ -99,7 +99,7 @@ fn build_cache(path: &Path) {
     let mut cells = Vec::new();
     for (model_id, _) in [(EVIL_ID, ()), (OLD_ID, ())] {
         for dataset in ["iris", "thyroid", EVIL_DATASET] {
-            for test in TestId::ALL {
+            for test in TestId::PAPER {
                 let mut serializations = vec![test.serializes_rows().then(|| "the-is".to_string())];
                 if test == TestId::RecognitionExamples && model_id == EVIL_ID {
                     serializations.push(Some("equals".to_string()));

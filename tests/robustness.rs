@@ -241,6 +241,7 @@ fn cell(
             trials: 1,
             passed_trials: usize::from(passed),
             invalid_trials: 0,
+            chance: None,
         },
         samples: Vec::new(),
         skipped: None,

@@ -837,6 +837,7 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
             trials: 100,
             passed_trials: 71,
             invalid_trials: 4,
+            chance: None,
         },
         samples: vec![CellResult {
             passed: false,
@@ -844,6 +845,7 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
             trials: 100,
             passed_trials: 71,
             invalid_trials: 4,
+            chance: None,
         }],
         skipped: None,
         run_id: None,
@@ -857,6 +859,7 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
             trials: 0,
             passed_trials: 0,
             invalid_trials: 0,
+            chance: None,
         },
         skipped: Some("wine has no categorical feature".into()),
         ..cell.clone()
@@ -1027,6 +1030,7 @@ fn a_cell_decided_again_keeps_no_stale_trials_or_samples() {
         trials,
         passed_trials,
         invalid_trials: 0,
+        chance: None,
     };
     let cell = |samples: Vec<CellResult>, skipped: Option<&str>| CellRow {
         source: OWN_SOURCE.into(),

@@ -450,6 +450,7 @@ impl Analytics {
             dataset_pass_rates,
             accuracy,
             examples: Vec::new(),
+            significance: Vec::new(),
         })
     }
 
@@ -888,12 +889,68 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     let mut analytics = Analytics::new()?;
     analytics.load_models(&store.models()?)?;
     analytics.load_datasets(&store.datasets()?)?;
-    analytics.load_cells(&store.cells()?)?;
+    let cells = store.cells()?;
+    analytics.load_cells(&cells)?;
     let trials = store.trials()?;
     analytics.load_trials(trials.iter().map(TrialOutcome::from))?;
     let mut analysis = analytics.analyze(options)?;
     analysis.examples = examples(store, &trials, &analysis)?;
+    analysis.significance = significance(&cells);
     Ok(analysis)
+}
+
+/// Our cells that have a chance level, with exact binomial p-values and Holm's adjustment
+/// across each model's cells (plain Rust: a model has a few thousand cells at most).
+pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
+    let mut rows: Vec<SignificanceCell> = cells
+        .iter()
+        .filter(|c| c.source == crate::store::OWN_SOURCE)
+        .filter_map(|c| {
+            let p_value = c.result.p_value()?;
+            Some(SignificanceCell {
+                model: c.model.clone(),
+                dataset: c.dataset.clone(),
+                test: c.test.id().to_string(),
+                number: c.test.number(),
+                family: c.test.family(),
+                serialization: c.serialization.clone(),
+                seed: c.seed,
+                passed: c.result.passed,
+                score: c.result.score,
+                trials: c.result.trials as u64,
+                passed_trials: c.result.passed_trials as u64,
+                chance: c.result.chance?,
+                p_value,
+                p_holm: p_value,
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        (&a.model, &a.dataset, a.number, &a.serialization, a.seed).cmp(&(
+            &b.model,
+            &b.dataset,
+            b.number,
+            &b.serialization,
+            b.seed,
+        ))
+    });
+    let mut start = 0;
+    while start < rows.len() {
+        let end = start
+            + rows[start..]
+                .iter()
+                .take_while(|r| r.model == rows[start].model)
+                .count();
+        let p: Vec<f64> = rows[start..end].iter().map(|r| r.p_value).collect();
+        for (row, adjusted) in rows[start..end]
+            .iter_mut()
+            .zip(crate::significance::holm(&p))
+        {
+            row.p_holm = adjusted;
+        }
+        start = end;
+    }
+    rows
 }
 
 /// Per series of ours and test, one trial's output: the first passed trial (by dataset

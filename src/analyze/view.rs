@@ -40,6 +40,35 @@ pub struct Analysis {
     /// Model outputs: per series of ours and test, one trial's output (a passed one when
     /// there is one). Imported results have none.
     pub examples: Vec<Example>,
+    /// Every cell of ours with a chance level (membership, classification, verbatim
+    /// tests), with its exact binomial p-value and the Holm-adjusted one; by model,
+    /// dataset, test number, serialization, seed.
+    pub significance: Vec<SignificanceCell>,
+}
+
+/// One cell's count against its chance level (SPEC §8 "Significance").
+#[derive(Debug, Clone, Serialize)]
+pub struct SignificanceCell {
+    pub model: String,
+    pub dataset: String,
+    pub test: String,
+    pub number: u8,
+    /// `paper` or `verbatim`.
+    pub family: &'static str,
+    pub serialization: Option<String>,
+    pub seed: u64,
+    pub passed: bool,
+    /// The cell's score (accuracy; share of exact trials; header: longest exact
+    /// continuation in characters).
+    pub score: f64,
+    pub trials: u64,
+    pub passed_trials: u64,
+    /// Probability that one trial passes by chance.
+    pub chance: f64,
+    /// Exact one-sided binomial P(X ≥ passed_trials) under `chance`.
+    pub p_value: f64,
+    /// Holm-adjusted across the cells of the same model.
+    pub p_holm: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]

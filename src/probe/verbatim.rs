@@ -160,6 +160,9 @@ pub fn first_token_matches(output: &str, token: &str) -> bool {
 /// Columns whose values are the row number plus a constant (row ids): predictable, so
 /// never the near-unique feature of test 15.
 fn is_row_number(table: &Table, col: usize) -> bool {
+    if table.n_rows() == 0 {
+        return false;
+    }
     let parse = |r: usize| table.rows[r][col].trim().parse::<i64>().ok();
     let Some(first) = parse(0) else {
         return false;
@@ -307,7 +310,10 @@ pub fn header(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         let mut rng = ctx.rng(TestId::Header, trial);
         let line = HEADER_CUT_LINES.start() + rng.below(last_line - HEADER_CUT_LINES.start() + 1);
         let (start, end) = (line_starts[line - 1], line_starts[line] - 1);
-        let chars: Vec<usize> = text[start..end].char_indices().map(|(i, _)| start + i).collect();
+        let chars: Vec<usize> = text[start..end]
+            .char_indices()
+            .map(|(i, _)| start + i)
+            .collect();
         // Cut after at least one character of the line, so the prompt never ends on a
         // line break (where the next row's whole first field would be asked).
         let cut = if chars.len() > 1 {
@@ -316,7 +322,10 @@ pub fn header(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
             end
         };
         let prompt_text = text[..cut].to_string();
-        let continuation: String = text[cut..].chars().take(HEADER_CONTINUATION_CHARS).collect();
+        let continuation: String = text[cut..]
+            .chars()
+            .take(HEADER_CONTINUATION_CHARS)
+            .collect();
         let baseline = copy_baseline(&prompt_text, &continuation);
         let mut prompt = verbatim_prompt(
             ctx,

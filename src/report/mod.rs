@@ -114,6 +114,10 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         evolution: &'a [crate::analyze::EvolutionStep],
         negative_controls: &'a crate::analyze::NegativeControls,
         examples: &'a [crate::analyze::Example],
+        /// Cells with a chance level: `p_value` (exact one-sided binomial) and `p_holm`.
+        significance: &'a [crate::analyze::SignificanceCell],
+        significance_note: &'static str,
+        verbatim_rule: &'static str,
     }
     #[derive(Serialize)]
     struct SampleRuleJson {
@@ -193,6 +197,9 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         evolution: &analysis.evolution,
         negative_controls: &analysis.negative_controls,
         examples: &analysis.examples,
+        significance: &analysis.significance,
+        significance_note: crate::significance::MULTIPLE_COMPARISONS_NOTE,
+        verbatim_rule: crate::probe::VERBATIM_RULE,
     };
     let mut text = serde_json::to_string_pretty(&json).context("serializing scores.json")?;
     text.push('\n');

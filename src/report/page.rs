@@ -34,6 +34,10 @@ pub struct Page {
     pub test_rates: Vec<RateRow>,
     pub dataset_rates: Vec<RateRow>,
     pub accuracy_tables: Vec<AccuracyTable>,
+    /// Cells with a chance level: pass/fail with the p-value beside it (SPEC §8).
+    pub significance: Vec<SignificanceRow>,
+    pub significance_note: &'static str,
+    pub verbatim_rule: &'static str,
     pub correlations: Vec<CorrelationRow>,
     pub scatter_svg: Option<String>,
     pub serialization_summaries: Vec<SerializationSummaryRow>,
@@ -323,6 +327,9 @@ impl Page {
                 })
                 .collect(),
             accuracy_tables: accuracy_tables(analysis, &datasets),
+            significance: significance_rows(analysis),
+            significance_note: crate::significance::MULTIPLE_COMPARISONS_NOTE,
+            verbatim_rule: crate::probe::VERBATIM_RULE,
             correlations: analysis
                 .correlations
                 .iter()
@@ -495,6 +502,64 @@ fn p_value(p: Option<f64>) -> String {
         Some(p) if p < 0.001 => "<0.001".to_string(),
         Some(p) => format!("{p:.3}"),
     }
+}
+
+/// One row of the significance table (strings; the templates escape them).
+#[derive(Debug, Clone)]
+pub struct SignificanceRow {
+    pub model: String,
+    pub dataset: String,
+    pub test: String,
+    pub serialization: String,
+    pub result: &'static str,
+    pub score: String,
+    pub count: String,
+    pub chance: String,
+    pub p_value: String,
+    pub p_holm: String,
+}
+
+fn significance_rows(analysis: &Analysis) -> Vec<SignificanceRow> {
+    let label = |model: &str| {
+        analysis
+            .series
+            .iter()
+            .find(|s| s.key.source == crate::store::OWN_SOURCE && s.key.model == model)
+            .map_or_else(|| model.to_string(), |s| s.label.clone())
+    };
+    analysis
+        .significance
+        .iter()
+        .map(|c| SignificanceRow {
+            model: label(&c.model),
+            dataset: dataset_name_in(analysis, &c.dataset),
+            test: format!("{} {}", c.number, c.test),
+            serialization: c.serialization.clone().unwrap_or_else(|| NONE.to_string()),
+            result: match (c.family, c.number) {
+                // Accuracy tests have no pass/fail of their own: the p-value is the verdict.
+                ("paper", 10..=12) => "n/a",
+                _ if c.passed => "pass",
+                _ => "fail",
+            },
+            score: if c.test == "header" {
+                format!("{:.0} chars", c.score)
+            } else {
+                fixed2(c.score)
+            },
+            count: format!("{}/{}", c.passed_trials, c.trials),
+            chance: format!("{:.3}", c.chance),
+            p_value: p_value(Some(c.p_value)),
+            p_holm: p_value(Some(c.p_holm)),
+        })
+        .collect()
+}
+
+fn dataset_name_in(analysis: &Analysis, id: &str) -> String {
+    analysis
+        .datasets
+        .iter()
+        .find(|d| d.id == id)
+        .map_or_else(|| id.to_string(), |d| d.name.clone())
 }
 
 fn percent(x: f64) -> String {

@@ -114,6 +114,7 @@ mod tests {
             "094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d",
             "c001fd120a0b678511e07948dea0246cbe67257bb670e7ea02517fd436120eac",
             "fd41fa467da1aaa391082cc4645e6c309dde97023e446130cf234dd4bc7001b4",
+            "f7475acf56d0f635a1357ffeffafcac6fb03ae1e2cf053569802d71f5c1bce1e",
         ];
         assert_eq!(
             pinned.len(),
