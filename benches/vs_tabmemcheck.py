@@ -234,19 +234,20 @@ def find_cells(scores: object, dataset: str, test: str) -> list[dict]:
 
 
 def describe_cell(cell: dict) -> str:
-    """One line for a verbatim cell of scores.json."""
+    """One line for a verbatim cell of scores.json: verdict, count or length, chance, p."""
     if cell.get("skipped"):
-        return f"skipped ({cell['skipped']})" if isinstance(cell["skipped"], str) else "skipped"
-    parts = []
-    for key in ("score", "passed", "trials"):
-        if key in cell:
-            parts.append(f"{key} {cell[key]}")
-    if "p_value" in cell and cell["p_value"] is not None:
-        parts.append(f"p {cell['p_value']:.3g}")
-    verdict = cell.get("detected", cell.get("verdict", cell.get("pass")))
-    if verdict is not None:
-        parts.insert(0, "detected" if verdict in (True, "detected", "pass") else "not detected")
-    return ", ".join(parts) or json.dumps(cell, sort_keys=True)[:120]
+        reason = cell["skipped"]
+        return f"skipped ({reason})" if isinstance(reason, str) else "skipped"
+    verdict = "detected" if cell.get("passed") else "not detected"
+    if cell.get("test") == "header":
+        return f"{verdict}: {cell.get('score', 0):.0f} chars"
+    text = f"{verdict}: {cell.get('passed_trials')}/{cell.get('trials')} exact"
+    extra = []
+    if cell.get("chance") is not None:
+        extra.append(f"chance {cell['chance']:.2f}")
+    if cell.get("p_value") is not None:
+        extra.append(f"p {cell['p_value']:.2g}")
+    return text + (f" ({', '.join(extra)})" if extra else "")
 
 
 def run_ours(binary: Path, work: Path, dataset: str, test: str, port: int, api: str, seed: int):
@@ -278,8 +279,10 @@ def run_ours(binary: Path, work: Path, dataset: str, test: str, port: int, api: 
     scores_path = out / "scores.json"
     if report.returncode == 0 and scores_path.is_file():
         cells = find_cells(json.loads(scores_path.read_text()), dataset, test)
-        if cells:
-            outcome = describe_cell(cells[0])
+        # The cell itself (it has `trials`), not one of its trials listed elsewhere.
+        whole = [c for c in cells if "trials" in c or "skipped" in c]
+        if whole:
+            outcome = describe_cell(whole[0])
     elif report.returncode != 0:
         outcome = "report failed: " + (report.stderr.strip().splitlines() or ["?"])[-1][:120]
     return {
@@ -322,6 +325,18 @@ def markdown(rows: list[dict]) -> str:
             f"{ratio(p['rerun_seconds'], o['rerun_seconds'])} |"
         )
     return head + "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, settings: dict, rows: list[dict], tests: list[str]):
+    """vs_tabmemcheck.json and .md, rewritten after every row so a long run that is stopped
+    keeps what it measured."""
+    (out / "vs_tabmemcheck.json").write_text(
+        json.dumps({"settings": settings, "rows": rows}, indent=2, default=str)
+    )
+    table = markdown(rows)
+    notes = "\n".join(f"- `{t}`: {NOTES[t]}" for t in tests)
+    (out / "vs_tabmemcheck.md").write_text(table + "\n" + notes + "\n")
+    return table, notes
 
 
 def main() -> int:
@@ -372,6 +387,9 @@ def main() -> int:
             raise SystemExit(f"vs_tabmemcheck: --datasets: no shipped CSV {csv} (with header)")
         csvs[d] = csv
 
+    settings = {"api": args.api, "trials": args.trials, "seed": args.seed,
+                "peer_max_tokens": args.peer_max_tokens, "model": args.model.name,
+                "server_threads": args.threads, "tabmemcheck": peer_version()}
     # A terminated benchmark still stops its server (the `finally` below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     port = free_port()
@@ -404,6 +422,7 @@ def main() -> int:
                     ours["rerun_seconds"] = None
                 rows.append({"dataset": d, "test": test, "tabmemcheck": peer,
                              "tabcontam": ours, "note": NOTES[test]})
+                write_results(out, settings, rows, tests)
                 log(f"{d} / {test}: tabmemcheck {outcome} in {secs:.1f}s; "
                     f"tabcontam {ours['outcome']} in {seconds(ours['seconds'])}s")
     finally:
@@ -413,15 +432,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             server.kill()
 
-    settings = {"api": args.api, "trials": args.trials, "seed": args.seed,
-                "peer_max_tokens": args.peer_max_tokens, "model": args.model.name,
-                "server_threads": args.threads, "tabmemcheck": peer_version()}
-    (out / "vs_tabmemcheck.json").write_text(
-        json.dumps({"settings": settings, "rows": rows}, indent=2, default=str)
-    )
-    table = markdown(rows)
-    notes = "\n".join(f"- `{t}`: {NOTES[t]}" for t in tests)
-    (out / "vs_tabmemcheck.md").write_text(table + "\n" + notes + "\n")
+    table, notes = write_results(out, settings, rows, tests)
     print(f"settings: {json.dumps(settings)}")
     print(table)
     print(notes)
