@@ -41,13 +41,23 @@ fn side_by_side_table_has_both_tools_outcomes_and_times() {
 
     let out = tempfile::tempdir().expect("temporary directory");
     let run = Command::new(&python)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/vs_tabmemcheck.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/vs_tabmemcheck.py"
+        ))
         .args(["--tabcontam", env!("CARGO_BIN_EXE_tabcontam")])
         .arg("--server")
         .arg(&server)
         .arg("--model")
         .arg(&model)
-        .args(["--datasets", "iris", "--tests", "first-token", "--trials", "3"])
+        .args([
+            "--datasets",
+            "iris",
+            "--tests",
+            "first-token",
+            "--trials",
+            "3",
+        ])
         .arg("--out")
         .arg(out.path())
         .output()
