@@ -29,6 +29,14 @@ bench:
     cargo bench --bench report
     cargo bench --bench local
 
+# Side by side with tabmemcheck 0.1.6 on one llama-server (docs/vs-tabmemcheck.md); pass
+# e.g. `--datasets iris,titanic --trials 10`. Installs the peer's venv and the server first.
+vs-tabmemcheck *ARGS: duckdb
+    bash scripts/ci-install-tabmemcheck.sh
+    bash scripts/ci-install-test-server.sh
+    cargo build
+    ${TABCONTAM_TEST_ASSETS:-$HOME/.cache/tabcontam-test-assets}/venv-tabmemcheck/bin/python benches/vs_tabmemcheck.py --tabcontam {{CARGO_TARGET_DIR}}/debug/tabcontam {{ARGS}}
+
 # Decision parity with the authors' logged verdicts.
 parity:
     cargo run --release -- parity ../shared/parity
