@@ -244,6 +244,8 @@ fn cell(
         },
         samples: Vec::new(),
         skipped: None,
+        echo_trials: None,
+        chance: None,
         run_id: None,
     }
 }

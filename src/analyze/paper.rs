@@ -340,6 +340,7 @@ fn model_row(id: &str, stem: &str, label: Option<&String>) -> ModelRow {
         },
         release_date: known.map(|k| k.release_date.to_string()),
         training_cutoff: known.and_then(|k| k.training_cutoff.map(str::to_string)),
+        exposure: None,
         updated_at: None,
     }
 }
@@ -511,6 +512,8 @@ fn read_grid(
                 },
                 samples: Vec::new(),
                 skipped: None,
+                echo_trials: None,
+                chance: None,
                 run_id: None,
             });
         }
@@ -643,6 +646,8 @@ fn accuracy_cell(
         },
         samples: Vec::new(),
         skipped: None,
+        echo_trials: None,
+        chance: None,
         run_id: None,
     }
 }

@@ -4,6 +4,7 @@
 //! Architecture Invariant: pure. No IO, no clock, no global RNG: every draw comes from
 //! [`rng::TrialRng`] keyed by (seed, dataset, test, trial, serialization).
 
+pub mod chance;
 mod classify;
 pub mod echo;
 mod knowledge;

@@ -57,6 +57,28 @@ pub fn local_revision(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<Opti
     Ok(Some(weights_digest(&files.identity_files())?))
 }
 
+/// What a model was trained on (SPEC §8): the spec's `trained_on`/`dose`/`base` keys when
+/// given, else the `tabcontam-manifest.json` of a local model folder, else nothing.
+pub fn declared_exposure(
+    model: &ModelSpec,
+    spec_dir: &Path,
+) -> anyhow::Result<Option<crate::exposure::Exposure>> {
+    if model.trained_on.is_some() || model.dose.is_some() || model.base.is_some() {
+        return Ok(Some(crate::exposure::Exposure {
+            trained_on: model.trained_on.clone().unwrap_or_default(),
+            dose: model.dose.unwrap_or(0.0),
+            base: model.base.clone(),
+            trained_rows: None,
+        }));
+    }
+    if model.backend != crate::request::BackendKind::Local {
+        return Ok(None);
+    }
+    Ok(crate::exposure::Exposure::from_manifest(&weights_path(
+        model, spec_dir,
+    ))?)
+}
+
 /// Makes sure a local model's weights are present, downloading the default model if needed.
 pub fn ensure_weights(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<PathBuf> {
     let path = weights_path(model, spec_dir);
