@@ -272,6 +272,11 @@ pub struct ReportArgs {
     /// says which.
     #[arg(long, value_name = "ID")]
     pub serialization: Option<String>,
+    /// Scoring profile: `paper` (default: the paper's rule) or `strict` (passing trials
+    /// that only echo their prompt do not count, and cells a knowledge-free model would
+    /// pass with probability ≥ 0.05 do not pass).
+    #[arg(long, value_name = "PROFILE")]
+    pub scoring: Option<String>,
     /// Print when the report was made (off by default: the same cache gives byte-identical
     /// reports).
     #[arg(long)]

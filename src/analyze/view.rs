@@ -40,6 +40,13 @@ pub struct Analysis {
     /// Model outputs: per series of ours and test, one trial's output (a passed one when
     /// there is one). Imported results have none.
     pub examples: Vec<Example>,
+    /// The scoring profile the cells were scored with, and its rule in words.
+    pub scoring: super::Scoring,
+    pub scoring_rule: String,
+    /// Every cell of ours with its echo count and chance level (SPEC §8).
+    pub evidence: Vec<super::evidence::EvidenceCell>,
+    /// The calibration study, when some model declares its exposure (SPEC §8).
+    pub calibration: Option<super::calibration::Calibration>,
 }
 
 #[derive(Debug, Clone, Serialize)]
