@@ -156,6 +156,21 @@ pub enum DatasetsCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Generate a synthetic dataset (invented name, columns and values; deterministic per
+    /// seed): a negative no pretraining corpus can hold (SPEC §8). Writes the CSV to --out
+    /// and its descriptor beside it (same name, `.toml`). A spec can also name it directly
+    /// as `synthetic:<seed>` or `synthetic:<seed>:<rows>`.
+    Synth {
+        /// Seed: the same seed and rows give the same bytes.
+        #[arg(long)]
+        seed: u64,
+        /// Rows to generate (10 to 1,000,000).
+        #[arg(long, default_value_t = 200)]
+        rows: usize,
+        /// The CSV file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
     /// Download a dataset from its descriptor's URL, verify its checksum and store it in the
     /// user data directory (or in --data-dir when given).
     #[command(after_help = examples::DATASETS_FETCH)]
