@@ -160,6 +160,7 @@ pub enum DatasetsCommand {
     /// seed): a negative no pretraining corpus can hold (SPEC §8). Writes the CSV to --out
     /// and its descriptor beside it (same name, `.toml`). A spec can also name it directly
     /// as `synthetic:<seed>` or `synthetic:<seed>:<rows>`.
+    #[command(after_help = examples::DATASETS_SYNTH)]
     Synth {
         /// Seed: the same seed and rows give the same bytes.
         #[arg(long)]
@@ -345,6 +346,10 @@ Examples:
   tabcontam datasets import datasets/iris.csv --name my-iris --target species
   tabcontam datasets import datasets/wine.csv --name my-wine --target target --force";
 
+    pub const DATASETS_SYNTH: &str = "\
+Examples:
+  tabcontam datasets synth --seed 7 --out synthetic-7.csv
+  tabcontam datasets synth --seed 7 --rows 500 --out negatives/synthetic-7-500.csv";
     pub const DATASETS_FETCH: &str = "\
 Examples:
   tabcontam datasets fetch bank
@@ -387,7 +392,7 @@ Examples:
 Examples:
   tabcontam report
   tabcontam report --format html --out reports/demo
-  tabcontam report --format latex,csv --serialization colon";
+  tabcontam report --format latex,csv --serialization colon --scoring strict";
 
     pub const COMPLETIONS: &str = "\
 Examples:

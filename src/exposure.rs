@@ -33,7 +33,9 @@ pub struct Exposure {
 /// Errors reading a manifest.
 #[derive(Debug, thiserror::Error)]
 pub enum ExposureError {
-    #[error("{path}: {source} (the checkpoint's manifest; rebuild it with `tabcontam contaminate`)")]
+    #[error(
+        "{path}: {source} (the checkpoint's manifest; rebuild it with `tabcontam contaminate`)"
+    )]
     Read {
         path: String,
         #[source]

@@ -127,7 +127,10 @@ fn chance_of_feature_completion_on_iris_is_the_guessers_any_of_five() {
     assert!((level - by_hand).abs() < 1e-12, "{level} vs {by_hand}");
     // Far above any significance threshold: a pass here is weak evidence.
     assert!(level > 0.05, "{level}");
-    println!("chance of feature-completion on iris: {level:.4} ({})", chance.basis);
+    println!(
+        "chance of feature-completion on iris: {level:.4} ({})",
+        chance.basis
+    );
 
     // Free-text tests say why they have none instead of inventing one.
     let recognition = prompts_of("iris", TestId::RecognitionFeatures, &dataset);
@@ -284,8 +287,11 @@ base = "base"
     // Every cell carries its evidence: membership's chance is the binomial tail vs 0.5.
     for cell in cells.iter().filter(|c| c.test == TestId::Membership) {
         let chance = cell.chance.as_ref().unwrap().level.unwrap();
-        let by_hand =
-            binomial_tail_by_hand(cell.result.trials as u64, cell.result.passed_trials as u64, 0.5);
+        let by_hand = binomial_tail_by_hand(
+            cell.result.trials as u64,
+            cell.result.passed_trials as u64,
+            0.5,
+        );
         assert!((chance - by_hand).abs() < 1e-9, "{chance} vs {by_hand}");
         assert_eq!(cell.echo_trials, Some(0));
     }
@@ -331,7 +337,7 @@ base = "base"
     assert_eq!(json["calibration"]["doses"], serde_json::json!([1.0, 2.0]));
     assert!(json["evidence"].as_array().unwrap().len() >= cells.len());
     assert!(file("report.html").contains("Calibration: how often each test catches"));
-    assert!(file("report.html").contains(&calibration.tests[1].sentence));
+    assert!(file("report.html").contains(&calibration.tests[3].sentence));
     assert!(file("report.tex").contains("\\section{Calibration"));
     assert!(file("calibration.csv").starts_with("test,measure,dose"));
     assert!(file("evidence.csv").contains("feature-completion"));

@@ -267,9 +267,11 @@ pub fn calibrate(
         .filter(|c| TestId::CONTAMINATION.contains(&c.test) && c.skipped.is_none())
     {
         let e = exposure[c.model.as_str()];
-        let entry = squares
-            .entry((condition(e), c.dataset.clone()))
-            .or_insert((0, 0, e.trained_on(&c.dataset)));
+        let entry = squares.entry((condition(e), c.dataset.clone())).or_insert((
+            0,
+            0,
+            e.trained_on(&c.dataset),
+        ));
         entry.0 += u64::from(c.result.passed);
         entry.1 += 1;
     }
@@ -293,7 +295,12 @@ pub fn calibrate(
     let verdicts: HashMap<(&str, &str, TestId), bool> = cells
         .iter()
         .filter(|c| TestId::CONTAMINATION.contains(&c.test) && c.skipped.is_none())
-        .map(|c| ((c.model.as_str(), c.dataset.as_str(), c.test), c.result.passed))
+        .map(|c| {
+            (
+                (c.model.as_str(), c.dataset.as_str(), c.test),
+                c.result.passed,
+            )
+        })
         .collect();
     let flips = study
         .iter()
@@ -377,7 +384,9 @@ pub fn calibrate(
         };
         let seen: HashSet<usize> = trained_rows.iter().copied().collect();
         let slot = usize::from(!seen.contains(&row));
-        let entry = rows.entry((t.model.clone(), t.dataset.clone())).or_default();
+        let entry = rows
+            .entry((t.model.clone(), t.dataset.clone()))
+            .or_default();
         entry[slot].0 += u64::from(t.verdict.passed);
         entry[slot].1 += 1;
     }
@@ -406,6 +415,9 @@ pub fn calibrate(
 }
 
 fn sentence(test: TestId, sensitivity: &[DoseRate], fp: &Rate, synthetic: &Rate) -> String {
+    if fp.total == 0 && sensitivity.iter().all(|d| d.sensitivity.total == 0) {
+        return format!("{}: not run on the models of the study.", test.id());
+    }
     let detections: Vec<String> = sensitivity
         .iter()
         .filter(|d| d.sensitivity.total > 0)

@@ -127,7 +127,8 @@ fn strict_verdict(c: &CellRow, passes: &HashMap<(CellKey<'_>, u32), usize>) -> b
     }
     let samples = c.samples.len().max(1) as u32;
     let key = cell_key(c);
-    let any_sample = (0..samples).any(|s| passes.get(&(key, s)).copied().unwrap_or(0) >= needed(c.test));
+    let any_sample =
+        (0..samples).any(|s| passes.get(&(key, s)).copied().unwrap_or(0) >= needed(c.test));
     let chance_ok = c
         .chance
         .as_ref()
@@ -242,5 +243,107 @@ pub fn format_probability(p: f64) -> String {
         format!("{p:.1e}")
     } else {
         format!("{p:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::chance::Chance;
+    use crate::probe::{CellResult, Expected, TrialVerdict};
+    use crate::request::RequestKey;
+
+    fn cell(test: TestId, passed_trials: usize, chance: Option<f64>) -> CellRow {
+        let result = CellResult {
+            passed: passed_trials > 0,
+            score: f64::from(u8::from(passed_trials > 0)),
+            trials: 5,
+            passed_trials,
+            invalid_trials: 0,
+        };
+        CellRow {
+            source: OWN_SOURCE.into(),
+            model: "m".into(),
+            dataset: "iris".into(),
+            test,
+            serialization: Some("the-is".into()),
+            seed: 0,
+            result,
+            samples: vec![result],
+            skipped: None,
+            echo_trials: Some(0),
+            chance: Some(Chance {
+                level: chance,
+                basis: String::new(),
+            }),
+            run_id: None,
+        }
+    }
+
+    fn trial(test: TestId, index: u32, passed: bool, echo: bool) -> TrialRow {
+        TrialRow {
+            model: "m".into(),
+            dataset: "iris".into(),
+            test,
+            serialization: Some("the-is".into()),
+            seed: 0,
+            sample: 0,
+            trial: index,
+            request_key: RequestKey([0; 32]),
+            note: None,
+            expected: Expected::Names { names: vec![] },
+            verdict: TrialVerdict {
+                passed,
+                invalid: false,
+            },
+            echo,
+            run_id: None,
+        }
+    }
+
+    #[test]
+    fn strict_drops_echo_passes_and_likely_guesses() {
+        let test = TestId::RecognitionExamples;
+        // One passing trial, an echo: passes by the paper's rule, not under strict.
+        let echo_only = [trial(test, 0, true, true)];
+        let strict = strict_cells(&[cell(test, 1, None)], &echo_only);
+        assert!(!strict[0].result.passed);
+        // The same pass without echo, chance not computable: kept.
+        let evidence = [trial(test, 0, true, false)];
+        assert!(
+            strict_cells(&[cell(test, 1, None)], &evidence)[0]
+                .result
+                .passed
+        );
+        // Feature completion passed once but guessing passes 20 % of the time: dropped;
+        // at 1 % it is kept.
+        let fc = TestId::FeatureCompletion;
+        let trials = [trial(fc, 0, true, false)];
+        assert!(
+            !strict_cells(&[cell(fc, 1, Some(0.2))], &trials)[0]
+                .result
+                .passed
+        );
+        assert!(
+            strict_cells(&[cell(fc, 1, Some(0.01))], &trials)[0]
+                .result
+                .passed
+        );
+        // Incomplete completion needs 3 non-echo passes of 5.
+        let ic = TestId::IncompleteCompletion;
+        let trials: Vec<TrialRow> = (0..3).map(|i| trial(ic, i, true, i == 0)).collect();
+        assert!(
+            !strict_cells(&[cell(ic, 3, Some(1e-9))], &trials)[0]
+                .result
+                .passed
+        );
+        assert_eq!(
+            summary(&{
+                let mut c = cell(test, 1, None);
+                c.echo_trials = Some(1);
+                c
+            }),
+            "passed (1 of 1 passing trials are echoes; chance not computable)"
+        );
     }
 }

@@ -912,12 +912,8 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     let mut analysis = analytics.analyze(options)?;
     analysis.examples = examples(store, &trials, &analysis)?;
     analysis.evidence = evidence::evidence(&cells, &trials);
-    analysis.calibration = calibration::calibrate(
-        &models,
-        &scored,
-        &trials,
-        &options.primary_serialization,
-    );
+    analysis.calibration =
+        calibration::calibrate(&models, &scored, &trials, &options.primary_serialization);
     Ok(analysis)
 }
 

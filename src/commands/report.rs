@@ -30,7 +30,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             scoring: match args.scoring.as_deref() {
                 None => crate::analyze::Scoring::Paper,
                 Some(text) => crate::analyze::Scoring::parse(text).ok_or_else(|| {
-                    anyhow::anyhow!("--scoring {text}: unknown profile; use `paper` (default) or `strict`")
+                    anyhow::anyhow!(
+                        "--scoring {text}: unknown profile; use `paper` (default) or `strict`"
+                    )
                 })?,
             },
         },

@@ -142,7 +142,12 @@ pub fn generate(seed: u64, rows: usize) -> Synthetic {
     let unique = format!("{}_{}", words.word(), words.word());
     let target = words.word();
     let mut header: Vec<String> = categorical.iter().map(|(c, _)| c.clone()).collect();
-    header.extend([integer.clone(), decimal.clone(), unique.clone(), target.clone()]);
+    header.extend([
+        integer.clone(),
+        decimal.clone(),
+        unique.clone(),
+        target.clone(),
+    ]);
     let mut csv = header.join(",");
     csv.push('\n');
     for _ in 0..rows {

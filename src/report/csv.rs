@@ -189,33 +189,32 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
     }];
     if let Some(c) = &analysis.calibration {
         let mut calibration = Table::new(&[
-            "test",
-            "measure",
-            "dose",
-            "hits",
-            "total",
-            "rate",
-            "ci_low",
-            "ci_high",
+            "test", "measure", "dose", "hits", "total", "rate", "ci_low", "ci_high",
         ]);
-        let mut put = |test: &str, measure: &str, dose: String, r: &crate::analyze::calibration::Rate| {
-            let (low, high) = bounds(r.interval);
-            calibration.row([
-                test.to_string(),
-                measure.to_string(),
-                dose,
-                r.hits.to_string(),
-                r.total.to_string(),
-                number(r.rate),
-                low,
-                high,
-            ]);
-        };
+        let mut put =
+            |test: &str, measure: &str, dose: String, r: &crate::analyze::calibration::Rate| {
+                let (low, high) = bounds(r.interval);
+                calibration.row([
+                    test.to_string(),
+                    measure.to_string(),
+                    dose,
+                    r.hits.to_string(),
+                    r.total.to_string(),
+                    number(r.rate),
+                    low,
+                    high,
+                ]);
+            };
         for t in &c.tests {
             for d in &t.sensitivity {
                 put(&t.test, "sensitivity", d.dose.to_string(), &d.sensitivity);
             }
-            put(&t.test, "false_positive_rate", String::new(), &t.false_positives);
+            put(
+                &t.test,
+                "false_positive_rate",
+                String::new(),
+                &t.false_positives,
+            );
             put(
                 &t.test,
                 "synthetic_false_positive_rate",

@@ -4,9 +4,9 @@
 
 use std::fmt::Write as _;
 
+use crate::analyze::Analysis;
 use crate::analyze::calibration::{Calibration, Rate, format_dose};
 use crate::analyze::evidence::format_probability;
-use crate::analyze::Analysis;
 use crate::probe::{TestId, TestKind};
 
 use super::svg::{self, DosePoint};
@@ -73,9 +73,8 @@ pub fn evidence_rows(analysis: &Analysis) -> Vec<EvidenceRow> {
         .evidence
         .iter()
         .map(|e| {
-            let answers = TestId::parse(&e.test).is_some_and(|t| {
-                t == TestId::Membership || t.kind() == TestKind::Classification
-            });
+            let answers = TestId::parse(&e.test)
+                .is_some_and(|t| t == TestId::Membership || t.kind() == TestKind::Classification);
             EvidenceRow {
                 model: e.model.clone(),
                 dataset: e.dataset.clone(),
@@ -86,7 +85,9 @@ pub fn evidence_rows(analysis: &Analysis) -> Vec<EvidenceRow> {
                     (Some(echo), passed) if !answers => format!("{echo} of {passed}"),
                     _ => NONE.to_string(),
                 },
-                chance: e.chance.map_or_else(|| NONE.to_string(), format_probability),
+                chance: e
+                    .chance
+                    .map_or_else(|| NONE.to_string(), format_probability),
                 chance_basis: e.chance_basis.clone().unwrap_or_default(),
                 strict: if answers || e.skipped.is_some() {
                     NONE.to_string()
@@ -191,7 +192,12 @@ pub fn calibration_view(analysis: &Analysis) -> Option<CalibrationView> {
             [
                 a.test.clone(),
                 format_dose(a.dose),
-                if a.trained { "trained on" } else { "not trained on" }.to_string(),
+                if a.trained {
+                    "trained on"
+                } else {
+                    "not trained on"
+                }
+                .to_string(),
                 rate(&a.accuracy),
             ]
         })

@@ -304,7 +304,11 @@ pub struct DosePoint {
 
 /// Sensitivity (y) against dose in epochs (x) for one test, with Wilson intervals as
 /// error bars and the false-positive rate as a dashed horizontal line.
-pub fn dose_response(title: &str, points: &[DosePoint], false_positive_rate: Option<f64>) -> String {
+pub fn dose_response(
+    title: &str,
+    points: &[DosePoint],
+    false_positive_rate: Option<f64>,
+) -> String {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (320, 220)).into_drawing_area();
