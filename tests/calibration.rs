@@ -102,7 +102,7 @@ fn chance_of_feature_completion_on_iris_is_the_guessers_any_of_five() {
     assert_eq!(prompts.len(), 5);
     let catalog = Catalog::open(None).unwrap();
     let dataset = catalog.load("iris").unwrap();
-    let csv = std::str::from_utf8(&tabcontam::dataset::catalog::builtin_file("iris.csv").unwrap())
+    let csv = std::str::from_utf8(tabcontam::dataset::catalog::builtin_file("iris.csv").unwrap())
         .unwrap()
         .to_string();
     let mut none = 1.0;

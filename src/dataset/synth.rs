@@ -165,7 +165,7 @@ pub fn generate(seed: u64, rows: usize) -> Synthetic {
         fields.push(format!("{}.{}", dec_value / 10, dec_value % 10));
         fields.push((100_000 + words.below(900_000)).to_string());
         // The target depends on the features (a classifier can learn it) plus noise.
-        let yes = (score + int_value / 20 + words.below(4)) % 2 == 0;
+        let yes = (score + int_value / 20 + words.below(4)).is_multiple_of(2);
         fields.push(if yes { "yes" } else { "no" }.to_string());
         csv.push_str(&fields.join(","));
         csv.push('\n');
