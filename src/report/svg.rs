@@ -337,7 +337,14 @@ fn draw_dose_response<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("epochs")
         .y_desc("sensitivity")
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        // Whole epochs only: fractional ticks would print as repeated integers.
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-9 {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
         .y_label_formatter(&|y| format!("{y:.1}"))
         .max_light_lines(0)
         .bold_line_style(RGBColor(232, 232, 232))
