@@ -92,6 +92,8 @@ fn synthetic(target_trials: u64) -> (Vec<String>, Vec<CellRow>) {
                         },
                         samples: Vec::new(),
                         skipped: None,
+                        echo_trials: None,
+                        chance: None,
                         run_id: None,
                     });
                 }

@@ -215,6 +215,22 @@ pub enum DatasetsCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Generate a synthetic dataset (invented name, columns and values; deterministic per
+    /// seed): a negative no pretraining corpus can hold (SPEC §8). Writes the CSV to --out
+    /// and its descriptor beside it (same name, `.toml`). A spec can also name it directly
+    /// as `synthetic:<seed>` or `synthetic:<seed>:<rows>`.
+    #[command(after_help = examples::DATASETS_SYNTH)]
+    Synth {
+        /// Seed: the same seed and rows give the same bytes.
+        #[arg(long)]
+        seed: u64,
+        /// Rows to generate (10 to 1,000,000).
+        #[arg(long, default_value_t = 200)]
+        rows: usize,
+        /// The CSV file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
     /// Download a dataset from its descriptor's URL, verify its checksum and store it in the
     /// user data directory (or in --data-dir when given).
     #[command(after_help = examples::DATASETS_FETCH)]
@@ -331,6 +347,11 @@ pub struct ReportArgs {
     /// says which.
     #[arg(long, value_name = "ID")]
     pub serialization: Option<String>,
+    /// Scoring profile: `paper` (default: the paper's rule) or `strict` (passing trials
+    /// that only echo their prompt do not count, and cells a knowledge-free model would
+    /// pass with probability ≥ 0.05 do not pass).
+    #[arg(long, value_name = "PROFILE")]
+    pub scoring: Option<String>,
     /// Print when the report was made (off by default: the same cache gives byte-identical
     /// reports).
     #[arg(long)]
@@ -384,6 +405,10 @@ Examples:
   tabcontam datasets import datasets/iris.csv --name my-iris --target species
   tabcontam datasets import datasets/wine.csv --name my-wine --target target --force";
 
+    pub const DATASETS_SYNTH: &str = "\
+Examples:
+  tabcontam datasets synth --seed 7 --out synthetic-7.csv
+  tabcontam datasets synth --seed 7 --rows 500 --out negatives/synthetic-7-500.csv";
     pub const DATASETS_FETCH: &str = "\
 Examples:
   tabcontam datasets fetch bank
@@ -426,7 +451,7 @@ Examples:
 Examples:
   tabcontam report
   tabcontam report --format html --out reports/demo
-  tabcontam report --format latex,csv --serialization colon";
+  tabcontam report --format latex,csv --serialization colon --scoring strict";
 
     pub const COMPLETIONS: &str = "\
 Examples:

@@ -60,6 +60,7 @@ fn model(id: &str, label: &str, release: &str, cutoff: &str) -> ModelRow {
         },
         release_date: Some(release.to_string()),
         training_cutoff: Some(cutoff.to_string()),
+        exposure: None,
         updated_at: None,
     }
 }
@@ -167,6 +168,7 @@ fn build_cache(path: &Path) {
                             },
                             verdict,
                             run_id: None,
+                            echo: false,
                         });
                         requests.push((request, response));
                         verdicts.push(verdict);
@@ -182,6 +184,8 @@ fn build_cache(path: &Path) {
                         result,
                         samples: vec![result],
                         skipped: None,
+                        echo_trials: None,
+                        chance: None,
                         run_id: None,
                     });
                 }

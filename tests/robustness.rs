@@ -198,10 +198,12 @@ fn cell(
             trials: 1,
             passed_trials: usize::from(passed),
             invalid_trials: 0,
-            chance: None,
+            trial_chance: None,
         },
         samples: Vec::new(),
         skipped: None,
+        echo_trials: None,
+        chance: None,
         run_id: None,
     }
 }
@@ -268,6 +270,7 @@ fn scores_use_one_template_plus_the_shared_cells_and_name_it() {
         analytics
             .analyze(&Options {
                 primary_serialization: primary.to_string(),
+                ..Options::default()
             })
             .unwrap()
     };

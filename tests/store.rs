@@ -629,6 +629,7 @@ fn models_datasets_runs_and_failures_round_trip() {
         identity: identity("gpt-4o"),
         release_date: Some("2024-08-06".into()),
         training_cutoff: Some("2023-10".into()),
+        exposure: None,
         updated_at: None,
     };
     store.upsert_model(&gpt).unwrap();
@@ -773,6 +774,7 @@ fn trial(test: TestId, serialization: Option<&str>, index: u32, passed: bool) ->
             invalid: false,
         },
         run_id: None,
+        echo: false,
     }
 }
 
@@ -798,6 +800,7 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
     assert_eq!(stored.len(), 4, "samples are distinct rows");
     assert!(stored.contains(&TrialRow {
         run_id: Some(first),
+        echo: false,
         ..second_sample
     }));
 
@@ -814,11 +817,13 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
     assert_eq!(stored.len(), 2, "replaced per cell, not per trial");
     assert!(stored.contains(&TrialRow {
         run_id: Some(second),
+        echo: false,
         ..changed.clone()
     }));
     assert!(
         stored.contains(&TrialRow {
             run_id: Some(first),
+            echo: false,
             ..trials[3].clone()
         }),
         "None serialization, other cell untouched"
@@ -837,7 +842,7 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
             trials: 100,
             passed_trials: 71,
             invalid_trials: 4,
-            chance: None,
+            trial_chance: None,
         },
         samples: vec![CellResult {
             passed: false,
@@ -845,9 +850,11 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
             trials: 100,
             passed_trials: 71,
             invalid_trials: 4,
-            chance: None,
+            trial_chance: None,
         }],
         skipped: None,
+        echo_trials: None,
+        chance: None,
         run_id: None,
     };
     let skipped = CellRow {
@@ -859,9 +866,11 @@ fn trials_and_cells_round_trip_and_later_runs_replace_them() {
             trials: 0,
             passed_trials: 0,
             invalid_trials: 0,
-            chance: None,
+            trial_chance: None,
         },
         skipped: Some("wine has no categorical feature".into()),
+        echo_trials: None,
+        chance: None,
         ..cell.clone()
     };
     store
@@ -1030,7 +1039,7 @@ fn a_cell_decided_again_keeps_no_stale_trials_or_samples() {
         trials,
         passed_trials,
         invalid_trials: 0,
-        chance: None,
+        trial_chance: None,
     };
     let cell = |samples: Vec<CellResult>, skipped: Option<&str>| CellRow {
         source: OWN_SOURCE.into(),
@@ -1045,6 +1054,8 @@ fn a_cell_decided_again_keeps_no_stale_trials_or_samples() {
         ),
         samples,
         skipped: skipped.map(str::to_string),
+        echo_trials: None,
+        chance: None,
         run_id: None,
     };
     // Three samples of five trials.

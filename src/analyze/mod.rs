@@ -10,8 +10,10 @@
 //! interval and correlation is computed here in Rust in that order, so the same cache gives
 //! byte-identical numbers (DuckDB's parallel floating-point sums need not).
 
+pub mod calibration;
 pub mod diff;
 pub mod export;
+pub mod evidence;
 pub mod paper;
 pub mod stats;
 mod view;
@@ -28,6 +30,7 @@ use duckdb::{Config, Connection, params};
 use crate::dataset::catalog::builtin_descriptors;
 use crate::probe::{NO_SERIALIZATION, TestId, TestKind};
 use crate::store::{CellRow, DatasetRow, ModelRow, OWN_SOURCE, Store, TrialRow};
+pub use evidence::Scoring;
 pub use stats::Interval;
 pub use view::*;
 
@@ -104,12 +107,15 @@ impl<T> Doing<T> for duckdb::Result<T> {
 pub struct Options {
     /// The template whose cells the scores use (other templates feed the serialization study).
     pub primary_serialization: String,
+    /// `paper` (default) or `strict` (echo passes and high-chance cells do not count).
+    pub scoring: Scoring,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             primary_serialization: DEFAULT_SERIALIZATION.to_string(),
+            scoring: Scoring::Paper,
         }
     }
 }
@@ -452,6 +458,10 @@ impl Analytics {
             accuracy,
             examples: Vec::new(),
             significance: Vec::new(),
+            scoring: options.scoring,
+            scoring_rule: options.scoring.rule(),
+            evidence: Vec::new(),
+            calibration: None,
         })
     }
 
@@ -888,15 +898,25 @@ type CellKey = (String, String, TestId, String, u64);
 /// Loads everything the cache holds and analyzes it, with example outputs of our trials.
 pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     let mut analytics = Analytics::new()?;
-    analytics.load_models(&store.models()?)?;
+    let models = store.models()?;
+    analytics.load_models(&models)?;
     analytics.load_datasets(&store.datasets()?)?;
     let cells = store.cells()?;
-    analytics.load_cells(&cells)?;
     let trials = store.trials()?;
+    // The strict profile re-decides cells before anything is scored, so every view
+    // (scores, heatmaps, calibration) follows it.
+    let scored = match options.scoring {
+        Scoring::Paper => cells.clone(),
+        Scoring::Strict => evidence::strict_cells(&cells, &trials),
+    };
+    analytics.load_cells(&scored)?;
     analytics.load_trials(trials.iter().map(TrialOutcome::from))?;
     let mut analysis = analytics.analyze(options)?;
     analysis.examples = examples(store, &trials, &analysis)?;
     analysis.significance = significance(&cells);
+    analysis.evidence = evidence::evidence(&cells, &trials);
+    analysis.calibration =
+        calibration::calibrate(&models, &scored, &trials, &options.primary_serialization);
     Ok(analysis)
 }
 
@@ -920,7 +940,7 @@ pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
                 score: c.result.score,
                 trials: c.result.trials as u64,
                 passed_trials: c.result.passed_trials as u64,
-                chance: c.result.chance?,
+                chance: c.result.trial_chance?,
                 p_value,
                 p_holm: p_value,
             })

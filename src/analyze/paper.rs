@@ -340,6 +340,7 @@ fn model_row(id: &str, stem: &str, label: Option<&String>) -> ModelRow {
         },
         release_date: known.map(|k| k.release_date.to_string()),
         training_cutoff: known.and_then(|k| k.training_cutoff.map(str::to_string)),
+        exposure: None,
         updated_at: None,
     }
 }
@@ -508,10 +509,12 @@ fn read_grid(
                     trials: 0,
                     passed_trials: 0,
                     invalid_trials: 0,
-                    chance: None,
+                    trial_chance: None,
                 },
                 samples: Vec::new(),
                 skipped: None,
+                echo_trials: None,
+                chance: None,
                 run_id: None,
             });
         }
@@ -641,10 +644,12 @@ fn accuracy_cell(
             trials: ACCURACY_TRIALS,
             passed_trials: correct,
             invalid_trials: invalid.min(ACCURACY_TRIALS - correct),
-            chance: None,
+            trial_chance: None,
         },
         samples: Vec::new(),
         skipped: None,
+        echo_trials: None,
+        chance: None,
         run_id: None,
     }
 }

@@ -44,6 +44,13 @@ pub struct Analysis {
     /// tests), with its exact binomial p-value and the Holm-adjusted one; by model,
     /// dataset, test number, serialization, seed.
     pub significance: Vec<SignificanceCell>,
+    /// The scoring profile the cells were scored with, and its rule in words.
+    pub scoring: super::Scoring,
+    pub scoring_rule: String,
+    /// Every cell of ours with its echo count and chance level (SPEC §8).
+    pub evidence: Vec<super::evidence::EvidenceCell>,
+    /// The calibration study, when some model declares its exposure (SPEC §8).
+    pub calibration: Option<super::calibration::Calibration>,
 }
 
 /// One cell's count against its chance level (SPEC §8 "Significance").

@@ -40,8 +40,56 @@ pub fn run(cmd: DatasetsCommand) -> anyhow::Result<ExitCode> {
         DatasetsCommand::Fetch { name, data, url } => {
             fetch(&name, data.data_dir.as_deref(), url.as_deref())
         }
+        DatasetsCommand::Synth { seed, rows, out } => synth(seed, rows, &out),
     }?;
     Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------
+// synth
+
+/// Writes the synthetic dataset of `seed` to `out` and its descriptor beside it.
+fn synth(seed: u64, rows: usize, out: &Path) -> anyhow::Result<()> {
+    use crate::dataset::synth;
+    if !(synth::MIN_ROWS..=synth::MAX_ROWS).contains(&rows) {
+        anyhow::bail!(
+            "--rows {rows}: give between {} and {} rows",
+            synth::MIN_ROWS,
+            synth::MAX_ROWS
+        );
+    }
+    let file_name = out
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.contains('"'))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--out {}: give a file name (e.g. synthetic-{seed}.csv)",
+                out.display()
+            )
+        })?;
+    let generated = synth::generate(seed, rows);
+    let descriptor = generated.descriptor_toml.replace(
+        &format!("file = \"{}\"", generated.file_name),
+        &format!("file = \"{file_name}\""),
+    );
+    let toml_path = out.with_extension("toml");
+    std::fs::write(out, &generated.csv)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    std::fs::write(&toml_path, descriptor)
+        .with_context(|| format!("cannot write {}", toml_path.display()))?;
+    println!(
+        "wrote {} ({rows} rows) and its descriptor {} (dataset id {}); name it in a spec as synthetic:{seed}{}",
+        out.display(),
+        toml_path.display(),
+        generated.id,
+        if rows == synth::DEFAULT_ROWS {
+            String::new()
+        } else {
+            format!(":{rows}")
+        }
+    );
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

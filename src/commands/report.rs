@@ -27,6 +27,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
                 .serialization
                 .clone()
                 .unwrap_or_else(|| DEFAULT_SERIALIZATION.to_string()),
+            scoring: match args.scoring.as_deref() {
+                None => crate::analyze::Scoring::Paper,
+                Some(text) => crate::analyze::Scoring::parse(text).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--scoring {text}: unknown profile; use `paper` (default) or `strict`"
+                    )
+                })?,
+            },
         },
     )
     .with_context(|| format!("analyzing {}", cache.display()))?;

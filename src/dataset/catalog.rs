@@ -254,6 +254,10 @@ impl Catalog {
     /// [`Catalog::load`], with the blake3 (hex) of the bytes it loaded: the file may be
     /// built in, so `dataset.table.source` is not always a path to read again.
     pub fn load_with_checksum(&self, name: &str) -> anyhow::Result<(Dataset, String)> {
+        if let Some(parsed) = super::synth::parse_name(name) {
+            let (seed, rows) = parsed.map_err(|e| anyhow::anyhow!(e))?;
+            return load_synthetic(seed, rows);
+        }
         let descriptor = self.find(name)?;
         let (file, location) = self
             .locate(descriptor)
@@ -287,6 +291,20 @@ impl Catalog {
             how_to_obtain(descriptor)
         )
     }
+}
+
+/// Generates a synthetic dataset (SPEC §8 negatives) and loads it like a file of the catalog.
+fn load_synthetic(seed: u64, rows: usize) -> anyhow::Result<(Dataset, String)> {
+    let synthetic = super::synth::generate(seed, rows);
+    let descriptor = Descriptor::from_toml(&synthetic.descriptor_toml, &synthetic.id)?;
+    let file = &descriptor.files[0];
+    let table = crate::dataset::csv::parse_table(
+        synthetic.csv.as_bytes(),
+        Path::new(&format!("(generated) {}", synthetic.file_name)),
+        &file.csv_options(),
+    )?;
+    let checksum = blake3_hex(synthetic.csv.as_bytes());
+    Ok((descriptor.resolve(file, table)?, checksum))
 }
 
 /// The file names a dataset may have, in order of preference (`bank.csv or bank-full.csv`).

@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod csv;
 pub mod descriptor;
 pub mod serialize;
+pub mod synth;
 pub mod table;
 
 pub use descriptor::{Dataset, Descriptor};

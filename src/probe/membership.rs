@@ -63,6 +63,9 @@ fn serialize_cells(ctx: &ProbeContext<'_>, cells: &[String]) -> String {
         .join(&s.feature_sep)
 }
 
+/// Prefix of a membership trial's note, followed by the queried row's index in the file.
+pub const MEMBERSHIP_ROW_NOTE: &str = "row ";
+
 pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
     let test = TestId::Membership;
     let table = ctx.table();
@@ -117,7 +120,7 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
             ],
         );
         let correct = if query_is_original { 0 } else { 1 };
-        prompts.push(ctx.prompt(
+        let mut prompt = ctx.prompt(
             test,
             trial,
             text,
@@ -125,7 +128,11 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
                 choices: choices.clone(),
                 correct,
             },
-        ));
+        );
+        // The queried row (original or the row its copy was made from), so a calibration
+        // study can split the accuracy into rows trained on and held-out rows.
+        prompt.note = Some(format!("{MEMBERSHIP_ROW_NOTE}{query}"));
+        prompts.push(prompt);
     }
     Ok(Probe {
         prompts,

@@ -4,6 +4,7 @@
 //! Architecture Invariant: pure. No IO, no clock, no global RNG: every draw comes from
 //! [`rng::TrialRng`] keyed by (seed, dataset, test, trial, serialization).
 
+pub mod chance;
 mod classify;
 pub mod echo;
 mod knowledge;
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dataset::{Dataset, Serialization, Table, Value};
 use crate::decide::{self, Alg1Profile, Alg2Scope, Answer, Cell, Dictionary, Word};
+pub use membership::MEMBERSHIP_ROW_NOTE;
 pub use pack::PromptPack;
 
 /// How the serialization of a test without rows (1, 2, 3, 6) is spelled in the cache,
@@ -510,10 +512,10 @@ pub struct CellResult {
     pub trials: usize,
     pub passed_trials: usize,
     pub invalid_trials: usize,
-    /// The probability that one trial passes by chance (see [`chance_level`]); `None`
+    /// The probability that one trial passes by chance (see [`trial_chance`]); `None`
     /// where none is defined (tests 1–9).
     #[serde(default)]
-    pub chance: Option<f64>,
+    pub trial_chance: Option<f64>,
 }
 
 impl CellResult {
@@ -522,7 +524,7 @@ impl CellResult {
         crate::significance::binomial_upper_tail(
             self.passed_trials as u64,
             self.trials as u64,
-            self.chance?,
+            self.trial_chance?,
         )
     }
 }
@@ -548,7 +550,7 @@ pub fn aggregate(test: TestId, verdicts: &[TrialVerdict]) -> CellResult {
         trials,
         passed_trials,
         invalid_trials,
-        chance: None,
+        trial_chance: None,
     }
 }
 
@@ -565,7 +567,7 @@ pub struct JudgedTrial<'a> {
 /// verbatim tests the *shuffled-row rate*: every output judged against the expectation of
 /// every other trial of the cell, (matches + 1) / (pairs + 2) so that no match never
 /// claims an impossible chance of 0. `None` for tests 1–9.
-pub fn chance_level(
+pub fn trial_chance(
     test: TestId,
     trials: &[JudgedTrial<'_>],
     dictionary: &Dictionary,
@@ -621,7 +623,7 @@ pub fn decide_cell(
 ) -> CellResult {
     let verdicts: Vec<TrialVerdict> = trials.iter().map(|t| t.verdict).collect();
     let mut result = aggregate(test, &verdicts);
-    result.chance = chance_level(test, trials, dictionary, profile);
+    result.trial_chance = trial_chance(test, trials, dictionary, profile);
     match test {
         TestId::Header => {
             result.score = trials
@@ -679,15 +681,16 @@ pub fn aggregate_samples(test: TestId, samples: &[CellResult]) -> CellResult {
     };
     // Samples of one cell share their expectations; their chance levels differ only by
     // the outputs the shuffled-row rate is computed from: the cell keeps their mean.
-    let chances: Vec<f64> = samples.iter().filter_map(|s| s.chance).collect();
-    let chance = (!chances.is_empty()).then(|| chances.iter().sum::<f64>() / chances.len() as f64);
+    let chances: Vec<f64> = samples.iter().filter_map(|s| s.trial_chance).collect();
+    let trial_chance =
+        (!chances.is_empty()).then(|| chances.iter().sum::<f64>() / chances.len() as f64);
     CellResult {
         passed,
         score,
         trials,
         passed_trials,
         invalid_trials,
-        chance,
+        trial_chance,
     }
 }
 

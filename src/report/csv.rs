@@ -1,5 +1,7 @@
 //! CSV files for pandas users: `grid.csv` (one row per scored cell of tests 1–9),
-//! `scores.csv` (Table 2, one row per model, with the template its scores come from) and `accuracy.csv` (tests 10–12 per dataset).
+//! `scores.csv` (Table 2, one row per model, with the template its scores come from), `accuracy.csv` (tests 10–12 per dataset),
+//! `evidence.csv` (every cell with its echo count and chance level) and, with a calibration
+//! study, `calibration.csv` (sensitivity per dose and false-positive rates per test).
 //! RFC 4180: fields with a comma, quote or line break are quoted; values are never altered.
 
 use std::collections::HashMap;
@@ -147,7 +149,85 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
             c.samples.to_string(),
         ]);
     }
-    vec![
+    let mut evidence = Table::new(&[
+        "model",
+        "dataset",
+        "test",
+        "number",
+        "serialization",
+        "passed",
+        "strict_passed",
+        "score",
+        "trials",
+        "passed_trials",
+        "echo_trials",
+        "chance",
+        "chance_basis",
+        "summary",
+    ]);
+    for e in &analysis.evidence {
+        evidence.row([
+            e.model.clone(),
+            e.dataset.clone(),
+            e.test.clone(),
+            e.number.to_string(),
+            e.serialization.clone().unwrap_or_default(),
+            u8::from(e.passed).to_string(),
+            u8::from(e.strict_passed).to_string(),
+            e.score.to_string(),
+            e.trials.to_string(),
+            e.passed_trials.to_string(),
+            e.echo_trials.map(|n| n.to_string()).unwrap_or_default(),
+            number(e.chance),
+            e.chance_basis.clone().unwrap_or_default(),
+            e.summary.clone(),
+        ]);
+    }
+    let mut files = vec![File {
+        name: "evidence.csv".into(),
+        contents: evidence.text,
+    }];
+    if let Some(c) = &analysis.calibration {
+        let mut calibration = Table::new(&[
+            "test", "measure", "dose", "hits", "total", "rate", "ci_low", "ci_high",
+        ]);
+        let mut put =
+            |test: &str, measure: &str, dose: String, r: &crate::analyze::calibration::Rate| {
+                let (low, high) = bounds(r.interval);
+                calibration.row([
+                    test.to_string(),
+                    measure.to_string(),
+                    dose,
+                    r.hits.to_string(),
+                    r.total.to_string(),
+                    number(r.rate),
+                    low,
+                    high,
+                ]);
+            };
+        for t in &c.tests {
+            for d in &t.sensitivity {
+                put(&t.test, "sensitivity", d.dose.to_string(), &d.sensitivity);
+            }
+            put(
+                &t.test,
+                "false_positive_rate",
+                String::new(),
+                &t.false_positives,
+            );
+            put(
+                &t.test,
+                "synthetic_false_positive_rate",
+                String::new(),
+                &t.synthetic_false_positives,
+            );
+        }
+        files.push(File {
+            name: "calibration.csv".into(),
+            contents: calibration.text,
+        });
+    }
+    let mut all = vec![
         File {
             name: "grid.csv".into(),
             contents: grid.text,
@@ -160,7 +240,9 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
             name: "accuracy.csv".into(),
             contents: accuracy.text,
         },
-    ]
+    ];
+    all.extend(files);
+    all
 }
 
 fn number(x: Option<f64>) -> String {

@@ -11,6 +11,7 @@
 //! (askama's HTML escaper; [`tex::Tex`] for `.tex`), plotters escapes SVG text, CSV quotes.
 
 mod csv;
+mod evidence_page;
 mod page;
 pub mod svg;
 pub mod tex;
@@ -118,6 +119,14 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         significance: &'a [crate::analyze::SignificanceCell],
         significance_note: &'static str,
         verbatim_rule: &'static str,
+        /// The scoring profile (`paper` or `strict`) and its rule.
+        scoring: crate::analyze::Scoring,
+        scoring_rule: &'a str,
+        /// Every cell of ours with its echo count and chance level (SPEC §8).
+        evidence: &'a [crate::analyze::evidence::EvidenceCell],
+        /// The calibration study (SPEC §8), when some model declares its exposure.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        calibration: Option<&'a crate::analyze::calibration::Calibration>,
     }
     #[derive(Serialize)]
     struct SampleRuleJson {
@@ -200,6 +209,10 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         significance: &analysis.significance,
         significance_note: crate::significance::MULTIPLE_COMPARISONS_NOTE,
         verbatim_rule: crate::probe::VERBATIM_RULE,
+        scoring: analysis.scoring,
+        scoring_rule: &analysis.scoring_rule,
+        evidence: &analysis.evidence,
+        calibration: analysis.calibration.as_ref(),
     };
     let mut text = serde_json::to_string_pretty(&json).context("serializing scores.json")?;
     text.push('\n');

@@ -16,6 +16,12 @@ use crate::store::OWN_SOURCE;
 const NONE: &str = "–";
 
 pub struct Page {
+    /// The scoring profile's rule in words (`paper` or `strict`).
+    pub scoring_rule: String,
+    /// Every cell of ours with its echo count and chance level (SPEC §8).
+    pub evidence: Vec<super::evidence_page::EvidenceRow>,
+    /// The calibration study, when some model declares its exposure.
+    pub calibration: Option<super::evidence_page::CalibrationView>,
     pub timestamp: Option<String>,
     /// Whether any cell has several samples (SPEC §5): Table 2 then states the sample rule
     /// and shows the per-sample contamination, and per-cell detection rates are shown.
@@ -287,6 +293,9 @@ impl Page {
 
         let sample_rates = sample_rates(analysis);
         Page {
+            scoring_rule: analysis.scoring_rule.clone(),
+            evidence: super::evidence_page::evidence_rows(analysis),
+            calibration: super::evidence_page::calibration_view(analysis),
             timestamp: options.timestamp.clone(),
             sampled: analysis.series.iter().any(|s| s.samples > 1),
             sample_rule: crate::probe::SAMPLE_RULE,

@@ -219,3 +219,159 @@ fn cut(text: &str, max_chars: usize) -> String {
         None => clean,
     }
 }
+
+/// The calibration study's contamination matrix: rows are training conditions (what the
+/// checkpoints were trained on), columns datasets tested; a square's shade is the share of
+/// contamination cells detected, with the share printed (`None`: no cell).
+pub fn rate_matrix(rows: &[String], columns: &[String], rates: &[Vec<Option<f64>>]) -> String {
+    let width = (LEFT + columns.len().max(1) as i32 * (CELL * 2) + 20) as u32;
+    let height = (TITLE + TOP + rows.len().max(1) as i32 * CELL + 10) as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
+        draw_rate_matrix(&root, rows, columns, rates).expect("drawing into a String cannot fail");
+        root.present().expect("drawing into a String cannot fail");
+    }
+    svg
+}
+
+fn draw_rate_matrix<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    rows: &[String],
+    columns: &[String],
+    rates: &[Vec<Option<f64>>],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    let wide = CELL * 2;
+    let title_style =
+        TextStyle::from(("sans-serif", 14).into_font().style(FontStyle::Bold)).color(&TEXT);
+    root.draw(&Text::new(
+        "trained on ↓ · tested →",
+        (6, 4),
+        title_style.pos(Pos::new(HPos::Left, VPos::Top)),
+    ))?;
+    let top = TITLE + TOP;
+    let label = TextStyle::from(("sans-serif", 12).into_font()).color(&TEXT);
+    for (c, name) in columns.iter().enumerate() {
+        let x = LEFT + c as i32 * wide + wide / 2;
+        let style = label
+            .transform(FontTransform::Rotate270)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        root.draw(&Text::new(cut(name, MAX_LABEL_CHARS), (x, top - 6), style))?;
+    }
+    for (r, name) in rows.iter().enumerate() {
+        let y = top + r as i32 * CELL + CELL / 2;
+        root.draw(&Text::new(
+            cut(name, MAX_LABEL_CHARS),
+            (LEFT - 6, y),
+            label.pos(Pos::new(HPos::Right, VPos::Center)),
+        ))?;
+        for (c, rate) in rates[r].iter().enumerate() {
+            let (x0, y0) = (LEFT + c as i32 * wide, top + r as i32 * CELL);
+            let (x1, y1) = (x0 + wide, y0 + CELL);
+            let fill = match rate {
+                Some(rate) => {
+                    let mix = |full: u8| (255.0 - (255.0 - f64::from(full)) * rate) as u8;
+                    RGBColor(mix(DETECTED.0), mix(DETECTED.1), mix(DETECTED.2))
+                }
+                None => MISSING,
+            };
+            root.draw(&Rectangle::new([(x0, y0), (x1, y1)], fill.filled()))?;
+            root.draw(&Rectangle::new([(x0, y0), (x1, y1)], GRID.stroke_width(1)))?;
+            if let Some(rate) = rate {
+                let colour = if *rate > 0.5 { WHITE } else { TEXT };
+                let style = TextStyle::from(("sans-serif", 11).into_font())
+                    .color(&colour)
+                    .pos(Pos::new(HPos::Center, VPos::Center));
+                root.draw(&Text::new(
+                    format!("{rate:.2}"),
+                    (x0 + wide / 2, y0 + CELL / 2),
+                    style,
+                ))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One dose of a dose–response curve: sensitivity with its 95 % interval.
+pub struct DosePoint {
+    pub dose: f64,
+    pub rate: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// Sensitivity (y) against dose in epochs (x) for one test, with Wilson intervals as
+/// error bars and the false-positive rate as a dashed horizontal line.
+pub fn dose_response(
+    title: &str,
+    points: &[DosePoint],
+    false_positive_rate: Option<f64>,
+) -> String {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (320, 220)).into_drawing_area();
+        draw_dose_response(&root, title, points, false_positive_rate)
+            .expect("drawing into a String cannot fail");
+        root.present().expect("drawing into a String cannot fail");
+    }
+    svg
+}
+
+fn draw_dose_response<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    points: &[DosePoint],
+    false_positive_rate: Option<f64>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    let max_dose = points.iter().map(|p| p.dose).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(root)
+        .caption(cut(title, 36), ("sans-serif", 13))
+        .margin(8)
+        .x_label_area_size(32)
+        .y_label_area_size(40)
+        .build_cartesian_2d(0f64..max_dose * 1.1, 0f64..1.05f64)?;
+    chart
+        .configure_mesh()
+        .x_desc("epochs")
+        .y_desc("sensitivity")
+        // Whole epochs only: fractional ticks would print as repeated integers.
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-9 {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(232, 232, 232))
+        .draw()?;
+    if let Some(fp) = false_positive_rate {
+        // Dashes drawn as short segments (plotters' line series are not compiled in).
+        let end = max_dose * 1.1;
+        let dash = end / 40.0;
+        chart.draw_series((0..20).map(|i| {
+            let x0 = i as f64 * 2.0 * dash;
+            PathElement::new(vec![(x0, fp), (x0 + dash, fp)], ONE_SHOT.stroke_width(1))
+        }))?;
+    }
+    for p in points {
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(p.dose, p.low), (p.dose, p.high)],
+            ZERO_SHOT.stroke_width(1),
+        )))?;
+    }
+    chart.draw_series(std::iter::once(PathElement::new(
+        points.iter().map(|p| (p.dose, p.rate)).collect::<Vec<_>>(),
+        ZERO_SHOT.stroke_width(2),
+    )))?;
+    chart.draw_series(
+        points
+            .iter()
+            .map(|p| Circle::new((p.dose, p.rate), 3, ZERO_SHOT.filled())),
+    )?;
+    Ok(())
+}

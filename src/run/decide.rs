@@ -35,8 +35,10 @@ pub fn decide(
     let mut trials = Vec::new();
     let mut cells = Vec::new();
     let mut incomplete_cells = 0;
-    // The same output judged against the same expectation is decided once.
-    let mut memo: HashMap<(RequestKey, *const probe::Prompt), TrialVerdict> = HashMap::new();
+    // The same output judged against the same expectation is decided once (with its echo
+    // guard: both depend on the prompt and the output only).
+    let mut memo: HashMap<(RequestKey, *const probe::Prompt), (TrialVerdict, bool)> =
+        HashMap::new();
     for cell in &plan.cells {
         if cell
             .trials
@@ -52,23 +54,33 @@ pub fn decide(
             (cell.serialization != NO_SERIALIZATION).then(|| cell.serialization.clone());
         let mut judged: Vec<Vec<probe::JudgedTrial<'_>>> =
             (0..samples).map(|_| Vec::new()).collect();
+        let mut echo_trials = 0;
+        // Every sample's (expectation, verdict), for the cell's chance level.
+        let mut all_verdicts = Vec::with_capacity(cell.trials.len());
         for planned in &cell.trials {
             let response = &responses[&planned.key];
-            let verdict = *memo
+            let (verdict, echo) = *memo
                 .entry((planned.key, std::sync::Arc::as_ptr(&planned.prompt)))
                 .or_insert_with(|| {
-                    probe::judge(
-                        &planned.prompt.expected,
+                    let expected = &planned.prompt.expected;
+                    let verdict = probe::judge(expected, &response.text, dictionary, profile);
+                    let echo = probe::echo::is_echo(
+                        &planned.prompt.text,
                         &response.text,
+                        expected,
+                        verdict,
                         dictionary,
                         profile,
-                    )
+                    );
+                    (verdict, echo)
                 });
             judged[planned.sample as usize].push(probe::JudgedTrial {
                 expected: &planned.prompt.expected,
                 output: &response.text,
                 verdict,
             });
+            echo_trials += usize::from(echo);
+            all_verdicts.push((&planned.prompt.expected, verdict));
             trials.push(TrialRow {
                 model: model_id.clone(),
                 dataset: cell.dataset.clone(),
@@ -81,6 +93,7 @@ pub fn decide(
                 note: planned.prompt.note.clone(),
                 expected: planned.prompt.expected.clone(),
                 verdict,
+                echo,
                 run_id: None,
             });
         }
@@ -98,6 +111,13 @@ pub fn decide(
             result: probe::aggregate_samples(cell.test, &per_sample),
             samples: per_sample,
             skipped: cell.skipped.clone(),
+            echo_trials: Some(echo_trials),
+            chance: Some(probe::chance::chance_level(
+                cell.test,
+                &cell.guess,
+                &all_verdicts,
+                samples,
+            )),
             run_id: None,
         });
     }

@@ -57,6 +57,41 @@ pub fn local_revision(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<Opti
     Ok(Some(weights_digest(&files.identity_files())?))
 }
 
+/// What a model was trained on (SPEC §8): the `tabcontam-manifest.json` of a local model
+/// folder, with the spec's `trained_on`/`dose`/`base` keys overriding its fields (a manifest
+/// names no spec id, so `base` usually comes from the spec); `None` when neither says.
+pub fn declared_exposure(
+    model: &ModelSpec,
+    spec_dir: &Path,
+) -> anyhow::Result<Option<crate::exposure::Exposure>> {
+    let manifest = if model.backend == crate::request::BackendKind::Local {
+        crate::exposure::Exposure::from_manifest(&weights_path(model, spec_dir))?
+    } else {
+        None
+    };
+    let declared = model.trained_on.is_some() || model.dose.is_some() || model.base.is_some();
+    if manifest.is_none() && !declared {
+        return Ok(None);
+    }
+    let mut exposure = manifest.unwrap_or_default();
+    if let Some(trained_on) = &model.trained_on {
+        exposure.trained_on = trained_on.clone();
+    }
+    if let Some(dose) = model.dose {
+        exposure.dose = dose;
+    }
+    if model.base.is_some() {
+        exposure.base = model.base.clone();
+    }
+    // `synthetic:7` in a spec is the dataset `synthetic-7` in cells.
+    for name in &mut exposure.trained_on {
+        if let Some(Ok((seed, rows))) = crate::dataset::synth::parse_name(name) {
+            *name = crate::dataset::synth::id(seed, rows);
+        }
+    }
+    Ok(Some(exposure))
+}
+
 /// Makes sure a local model's weights are present, downloading the default model if needed.
 pub fn ensure_weights(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<PathBuf> {
     let path = weights_path(model, spec_dir);

@@ -32,6 +32,8 @@ pub struct PlannedCell {
     pub trials: Vec<PlannedTrial>,
     /// Why the cell has no trials.
     pub skipped: Option<String>,
+    /// How likely each trial is to pass by guessing (the cell's chance level, SPEC §8).
+    pub guess: Arc<probe::chance::GuessRates>,
 }
 
 /// Where to rebuild a request from: its model and one trial that needs it.
@@ -101,6 +103,8 @@ pub fn identity(model: &ModelSpec, local_revision: Option<&str>) -> ModelIdentit
 pub struct BuiltCell {
     pub prompts: Vec<Arc<Prompt>>,
     pub skipped: Option<String>,
+    /// Per-trial guess rates, computed while the table is loaded.
+    pub guess: Arc<probe::chance::GuessRates>,
 }
 
 /// Everything the plan needs from one dataset once its prompts exist (the table itself
@@ -150,11 +154,13 @@ pub fn build_dataset_prompts(
                     variant: spec.variant,
                 };
                 let probe = probe::build(test, &ctx)?;
+                let guess = probe::chance::guess_rates(test, &dataset.table, &probe.prompts);
                 cells.insert(
                     (test, serialization_id),
                     BuiltCell {
                         prompts: probe.prompts.into_iter().map(Arc::new).collect(),
                         skipped: probe.skipped,
+                        guess: Arc::new(guess),
                     },
                 );
             }
@@ -225,6 +231,7 @@ pub fn assemble_plan(
                         serialization: serialization_id,
                         trials,
                         skipped: cell.skipped.clone(),
+                        guess: Arc::clone(&cell.guess),
                     });
                 }
             }

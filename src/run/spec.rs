@@ -103,6 +103,16 @@ pub struct ModelSpec {
     pub tests: Option<Vec<String>>,
     #[serde(default)]
     pub serializations: Option<Vec<String>>,
+    /// Controlled contamination (SPEC §8): dataset ids this checkpoint was trained on
+    /// (`[]` for the base model). Overrides the model folder's `tabcontam-manifest.json`.
+    #[serde(default)]
+    pub trained_on: Option<Vec<String>>,
+    /// Epochs of that training (the dose; 0 for the base model).
+    #[serde(default)]
+    pub dose: Option<f64>,
+    /// The spec id of the model this checkpoint was trained from.
+    #[serde(default)]
+    pub base: Option<String>,
 }
 
 fn default_concurrency() -> usize {

@@ -286,6 +286,7 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
     }
     let dictionary = Dictionary::shipped()?;
     let mut store = Store::open(&settings.cache)?;
+    let spec_dir = settings.spec.parent().unwrap_or(Path::new("."));
     for (index, model) in spec.models.iter().enumerate() {
         store.upsert_model(&ModelRow {
             id: model.id.clone(),
@@ -294,6 +295,7 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
             identity: plan.identities[index].clone(),
             release_date: model.release_date.clone(),
             training_cutoff: model.training_cutoff.clone(),
+            exposure: super::local_exec::declared_exposure(model, spec_dir)?,
             updated_at: None,
         })?;
     }

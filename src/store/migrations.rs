@@ -31,8 +31,13 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 4,
-        name: "0004_significance",
-        sql: include_str!("../../schema/sqlite/0004_significance.sql"),
+        name: "0004_echo_chance",
+        sql: include_str!("../../schema/sqlite/0004_echo_chance.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "0005_significance",
+        sql: include_str!("../../schema/sqlite/0005_significance.sql"),
     },
 ];
 
@@ -114,7 +119,8 @@ mod tests {
             "094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d",
             "c001fd120a0b678511e07948dea0246cbe67257bb670e7ea02517fd436120eac",
             "fd41fa467da1aaa391082cc4645e6c309dde97023e446130cf234dd4bc7001b4",
-            "f7475acf56d0f635a1357ffeffafcac6fb03ae1e2cf053569802d71f5c1bce1e",
+            "2cf11a4128b5be1eaf7561a5288997324c72f2bfcd3572cbcc32a021050a0394",
+            "9f2d093fa92d71c8c44745aa27e34d27da3859365eb405e40870517ea45921ae",
         ];
         assert_eq!(
             pinned.len(),

@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::error::{AtPath, Result};
 use super::runs::{RunId, serialize_key};
 use super::{Store, enum_column, json_column};
+use crate::probe::chance::Chance;
 use crate::probe::{CellResult, Expected, NO_SERIALIZATION, TestId, TrialVerdict};
 use crate::request::RequestKey;
 
@@ -41,6 +42,8 @@ pub struct TrialRow {
     pub expected: Expected,
     #[serde(flatten)]
     pub verdict: TrialVerdict,
+    /// A pass whose evidence was already printed in its own prompt (SPEC §8 echo guard).
+    pub echo: bool,
     /// The run that decided it; set by the store, ignored by [`Store::put_trials`].
     pub run_id: Option<RunId>,
 }
@@ -62,6 +65,7 @@ impl TrialRow {
                 passed: row.get("passed")?,
                 invalid: row.get("invalid")?,
             },
+            echo: row.get("echo")?,
             run_id: Some(RunId(row.get("run_id")?)),
         })
     }
@@ -87,6 +91,12 @@ pub struct CellRow {
     pub samples: Vec<CellResult>,
     /// Why the cell has no trials (e.g. wine has no categorical feature for tests 5–6).
     pub skipped: Option<String>,
+    /// How many passing trials are echoes (SPEC §8); `None` for imported cells and cells
+    /// decided before the echo guard existed.
+    pub echo_trials: Option<usize>,
+    /// Probability of passing without knowledge of the data (SPEC §8); `None` for imported
+    /// cells and cells decided before it existed.
+    pub chance: Option<Chance>,
     /// The run that decided it (`None` for imported cells); set by the store.
     pub run_id: Option<RunId>,
 }
@@ -103,6 +113,18 @@ impl CellRow {
             result: result_from_row(row)?,
             samples: Vec::new(),
             skipped: row.get("skipped")?,
+            echo_trials: row
+                .get::<_, Option<i64>>("echo_trials")?
+                .map(|n| n as usize),
+            chance: row
+                .get::<_, Option<String>>("chance_basis")?
+                .map(|basis| -> rusqlite::Result<Chance> {
+                    Ok(Chance {
+                        level: row.get("chance")?,
+                        basis,
+                    })
+                })
+                .transpose()?,
             run_id: row.get::<_, Option<i64>>("run_id")?.map(RunId),
         })
     }
@@ -115,7 +137,7 @@ fn result_from_row(row: &Row<'_>) -> rusqlite::Result<CellResult> {
         trials: row.get::<_, i64>("trials")? as usize,
         passed_trials: row.get::<_, i64>("passed_trials")? as usize,
         invalid_trials: row.get::<_, i64>("invalid_trials")? as usize,
-        chance: row.get("chance")?,
+        trial_chance: row.get("trial_chance")?,
     })
 }
 
@@ -130,14 +152,14 @@ fn serialization_from_sql(text: String) -> Option<String> {
     (text != NO_SERIALIZATION).then_some(text)
 }
 
-const TRIAL_COLUMNS: &str = "model, dataset, test, serialization, seed, sample, trial, run_id, request_key, note, expected, passed, invalid";
+const TRIAL_COLUMNS: &str = "model, dataset, test, serialization, seed, sample, trial, run_id, request_key, note, expected, passed, invalid, echo";
 const SAMPLE_COLUMNS: &str = "model, dataset, test, serialization, seed, sample, run_id, passed, score, trials, \
-     passed_trials, invalid_trials, chance";
+     passed_trials, invalid_trials, trial_chance";
 /// Matches one cell's rows in `trials` and `cell_samples`.
 const CELL_MATCH: &str =
     "model = ?1 AND dataset = ?2 AND test = ?3 AND serialization = ?4 AND seed = ?5";
 const CELL_COLUMNS: &str = "source, model, dataset, test, serialization, seed, run_id, passed, score, trials, \
-     passed_trials, invalid_trials, skipped, chance";
+     passed_trials, invalid_trials, skipped, echo_trials, chance, chance_basis, trial_chance";
 
 impl Store {
     /// Stores trial verdicts decided by `run` in one transaction. The trials given for a
@@ -281,7 +303,7 @@ fn write_trials(
         let mut stmt = tx
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO trials ({TRIAL_COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
             ))
             .at(path)?;
         for t in trials {
@@ -300,6 +322,7 @@ fn write_trials(
                 expected,
                 t.verdict.passed,
                 t.verdict.invalid,
+                t.echo,
             ])
             .at(path)?;
         }
@@ -318,7 +341,7 @@ fn write_cells(
         let mut stmt = tx
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO cells ({CELL_COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
             ))
             .at(path)?;
         let mut clear_trials = tx
@@ -371,7 +394,7 @@ fn write_cells(
                             result.trials as i64,
                             result.passed_trials as i64,
                             result.invalid_trials as i64,
-                            result.chance,
+                            result.trial_chance,
                         ])
                         .at(path)?;
                 }
@@ -390,7 +413,10 @@ fn write_cells(
                 c.result.passed_trials as i64,
                 c.result.invalid_trials as i64,
                 c.skipped,
-                c.result.chance,
+                c.echo_trials.map(|n| n as i64),
+                c.chance.as_ref().and_then(|ch| ch.level),
+                c.chance.as_ref().map(|ch| ch.basis.as_str()),
+                c.result.trial_chance,
             ])
             .at(path)?;
         }
