@@ -487,11 +487,11 @@ impl ProgressLines {
                         let _ = writeln!(err, "{line}");
                     }
                 };
-                loop {
-                    match stopped.recv_timeout(every) {
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => print(),
-                        _ => break,
-                    }
+                // Until the executor says stop (or goes away).
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(every)
+                {
+                    print();
                 }
                 print();
             })?;
