@@ -89,6 +89,7 @@ fn synthetic(target_trials: u64) -> (Vec<String>, Vec<CellRow>) {
                             trials: n as usize,
                             passed_trials,
                             invalid_trials: 0,
+                            trial_chance: None,
                         },
                         samples: Vec::new(),
                         skipped: None,

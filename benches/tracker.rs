@@ -69,6 +69,10 @@ fn synthetic_answer(expected: &Expected, n: usize) -> String {
             .map(|(name, value)| format!("The {name} is {value:?}"))
             .collect::<Vec<_>>()
             .join(", "),
+        Expected::Continuation { text, .. } => text.chars().take(1 + n % 40).collect(),
+        Expected::ExactRow { row } => row.clone(),
+        Expected::ExactValue { value, .. } => value.clone(),
+        Expected::FirstToken { token, .. } => format!("{token},"),
     }
 }
 

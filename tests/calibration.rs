@@ -220,7 +220,8 @@ base = "base"
         data_dir: None,
         cache: cache.clone(),
         offline: true,
-        show_progress: false,
+        progress: tabcontam::run::execute::ProgressMode::Off,
+        shard: None,
     };
     let run = run_experiment(&settings, &mut ()).unwrap();
     assert_eq!(run.status, RunStatus::Finished, "{run:?}");

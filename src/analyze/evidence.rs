@@ -260,6 +260,7 @@ mod tests {
             trials: 5,
             passed_trials,
             invalid_trials: 0,
+            trial_chance: None,
         };
         CellRow {
             source: OWN_SOURCE.into(),

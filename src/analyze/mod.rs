@@ -12,8 +12,8 @@
 
 pub mod calibration;
 pub mod diff;
-pub mod export;
 pub mod evidence;
+pub mod export;
 pub mod paper;
 pub mod stats;
 mod view;
