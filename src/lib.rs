@@ -16,3 +16,4 @@ pub mod report;
 pub mod request;
 pub mod run;
 pub mod store;
+pub mod train;

@@ -1,6 +1,7 @@
 //! Command implementations: each takes its resolved arguments and writes to stdout.
 
 pub mod completions;
+pub mod contaminate;
 pub mod datasets;
 pub mod diff;
 pub mod import_results;
@@ -28,5 +29,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => report::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::Contaminate(args) => contaminate::run(args),
     }
 }
