@@ -89,6 +89,11 @@ pub struct ContaminateArgs {
     /// Predicted tokens per window.
     #[arg(long, default_value_t = 256)]
     pub seq_len: usize,
+    /// `packed` (consecutive windows over the text) or `rows` (a window starting at every
+    /// row, running on over the next rows: more tokens per epoch, rows learnt whatever
+    /// precedes them).
+    #[arg(long, default_value = "packed")]
+    pub windows: String,
     /// Seeds the row selection and the data order.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::cli::ContaminateArgs;
 use crate::infer::fetch::ensure_default_model;
 use crate::run::local_exec::DEFAULT_MODEL;
-use crate::train::{self, ContaminationSettings, RowSelection, TextForm};
+use crate::train::{self, ContaminationSettings, RowSelection, TextForm, WindowLayout};
 
 pub fn run(args: ContaminateArgs) -> anyhow::Result<ExitCode> {
     let model = if args.model == DEFAULT_MODEL {
@@ -30,6 +30,7 @@ pub fn run(args: ContaminateArgs) -> anyhow::Result<ExitCode> {
     settings.batch_size = args.batch_size;
     settings.grad_accum = args.grad_accum;
     settings.seq_len = args.seq_len;
+    settings.windows = WindowLayout::parse(&args.windows)?;
     settings.seed = args.seed;
     let started = Instant::now();
     let checkpoints = train::build_checkpoints(&settings, &mut |line| eprintln!("{line}"))?;

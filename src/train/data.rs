@@ -45,6 +45,37 @@ impl TextForm {
     }
 }
 
+/// How the training text is cut into windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowLayout {
+    /// Consecutive windows over the token stream: every token is a target once per epoch.
+    Packed,
+    /// One window starting at each line (each row, and the raw file's header), running on
+    /// over the following lines: every row is seen at the start of a context and after each
+    /// of the rows before it. Costs about `seq / row length` times more tokens per epoch;
+    /// makes a small model continue rows whatever precedes them (a prompt's instructions).
+    Rows,
+}
+
+impl WindowLayout {
+    pub fn parse(text: &str) -> Result<WindowLayout, TrainError> {
+        match text {
+            "packed" => Ok(WindowLayout::Packed),
+            "rows" => Ok(WindowLayout::Rows),
+            other => Err(TrainError::BadExposure(format!(
+                "--windows `{other}`: use packed or rows"
+            ))),
+        }
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            WindowLayout::Packed => "packed",
+            WindowLayout::Rows => "rows",
+        }
+    }
+}
+
 /// Which rows of each dataset are trained on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RowSelection {
@@ -247,6 +278,34 @@ pub fn windows(tokens: &[u32], seq: usize) -> Vec<Window> {
         start += seq;
     }
     out
+}
+
+/// Windows of [`WindowLayout::Rows`]: for each line of `document`, that line and the next
+/// ones, cut at `seq + 1` tokens (`encode` gives a text's ids, special tokens included).
+pub fn row_windows(
+    document: &str,
+    seq: usize,
+    encode: &dyn Fn(&str) -> Result<Vec<u32>, TrainError>,
+) -> Result<Vec<Window>, TrainError> {
+    let lines: Vec<&str> = document.lines().collect();
+    let mut out = Vec::new();
+    for start in 0..lines.len() {
+        let mut text = String::new();
+        let mut ids = Vec::new();
+        for line in &lines[start..] {
+            text.push_str(line);
+            text.push('\n');
+            ids = encode(&text)?;
+            if ids.len() > seq {
+                break;
+            }
+        }
+        ids.truncate(seq + 1);
+        if ids.len() >= 2 {
+            out.push(Window { ids });
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use crate::infer::LocalError;
 use crate::infer::files::{ModelFiles, WeightFormat, weights_digest};
 use crate::infer::tokenizer::TextTokenizer;
 use crate::infer::weights::Weights;
-pub use data::{RowSelection, TextForm};
+pub use data::{RowSelection, TextForm, WindowLayout};
 use data::{SeededRng, Window};
 use llama::LlamaTrainer;
 
@@ -110,6 +110,7 @@ pub struct ContaminationSettings {
     pub grad_accum: usize,
     /// Predicted tokens per window.
     pub seq_len: usize,
+    pub windows: WindowLayout,
     pub seed: u64,
     /// The series folder: `epoch-001/`, `epoch-002/`, … and `loss.csv`.
     pub out: PathBuf,
@@ -131,6 +132,7 @@ impl ContaminationSettings {
             batch_size: 4,
             grad_accum: 1,
             seq_len: 256,
+            windows: WindowLayout::Packed,
             seed: 0,
             out,
         }
@@ -190,6 +192,7 @@ pub struct Manifest {
     pub batch_size: usize,
     pub grad_accum: usize,
     pub seq_len: usize,
+    pub windows: String,
     pub seed: u64,
     /// Mean training loss over this checkpoint's last epoch.
     pub loss: f64,
@@ -283,25 +286,37 @@ pub fn build_checkpoints(
     let model = LlamaTrainer::load(&files)?;
     let tokenizer = load_tokenizer(&files)?;
     let mut tokens = Vec::new();
+    let mut windows = Vec::new();
     for (_, document) in &text.documents {
-        tokens.extend(tokenizer.encode(document)?);
+        match settings.windows {
+            WindowLayout::Packed => tokens.extend(tokenizer.encode(document)?),
+            WindowLayout::Rows => {
+                let encode = |t: &str| tokenizer.encode(t).map_err(TrainError::from);
+                windows.extend(data::row_windows(document, settings.seq_len, &encode)?);
+            }
+        }
     }
-    if tokens.len() < 2 {
+    if settings.windows == WindowLayout::Packed {
+        windows = data::windows(&tokens, settings.seq_len);
+    } else {
+        tokens = windows.iter().flat_map(|w| w.ids[1..].to_vec()).collect();
+    }
+    if windows.is_empty() {
         return Err(TrainError::NoTokens {
             datasets: settings.datasets.join(", "),
         });
     }
-    let windows = data::windows(&tokens, settings.seq_len);
     let per_step = settings.batch_size * settings.grad_accum;
     let steps_per_epoch = windows.len().div_ceil(per_step);
     progress(&format!(
-        "{} parameters; {} tokens of {} ({} rows, text {}) in {} windows of ≤{} tokens; {} epochs × {} steps (batch {} × accumulation {})",
+        "{} parameters; {} target tokens of {} ({} rows, text {}) in {} {} windows of ≤{} tokens; {} epochs × {} steps (batch {} × accumulation {})",
         model.parameter_count(),
         tokens.len(),
         settings.datasets.join(", "),
         text.trained_rows.values().map(Vec::len).sum::<usize>(),
         settings.text.label(),
         windows.len(),
+        settings.windows.label(),
         settings.seq_len,
         settings.epochs,
         steps_per_epoch,
@@ -419,6 +434,7 @@ pub fn build_checkpoints(
             batch_size: settings.batch_size,
             grad_accum: settings.grad_accum,
             seq_len: settings.seq_len,
+            windows: settings.windows.label().to_string(),
             seed: settings.seed,
             loss: epoch_loss / epoch_targets.max(1.0),
             tokens_trained,
@@ -504,6 +520,7 @@ pub fn inputs_digest(settings: &ContaminationSettings, base: &str, data: &str) -
         "batch": settings.batch_size,
         "accum": settings.grad_accum,
         "seq": settings.seq_len,
+        "windows": settings.windows.label(),
     });
     format!(
         "blake3:{}",
