@@ -141,7 +141,9 @@ pub struct SeededRng(u64);
 impl SeededRng {
     pub fn new(key: &str) -> Self {
         let hash = blake3::hash(key.as_bytes());
-        SeededRng(u64::from_le_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes")))
+        SeededRng(u64::from_le_bytes(
+            hash.as_bytes()[..8].try_into().expect("8 bytes"),
+        ))
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -321,14 +323,21 @@ mod tests {
         assert_eq!(picked, half.pick(150, 7, "iris"));
         assert_ne!(picked, half.pick(150, 8, "iris"));
         assert!(picked.windows(2).all(|w| w[0] < w[1]));
-        let held = RowSelection::parse("holdout:0.2").unwrap().pick(150, 7, "iris");
+        let held = RowSelection::parse("holdout:0.2")
+            .unwrap()
+            .pick(150, 7, "iris");
         assert_eq!(held.len(), 120);
         for bad in ["0", "1.5", "holdout:1", "holdout:x", "most"] {
             let err = RowSelection::parse(bad).unwrap_err().to_string();
             assert!(err.contains("--rows"), "{err}");
         }
         assert!(TextForm::parse("the-is").is_ok());
-        assert!(TextForm::parse("prose").unwrap_err().to_string().contains("raw"));
+        assert!(
+            TextForm::parse("prose")
+                .unwrap_err()
+                .to_string()
+                .contains("raw")
+        );
     }
 
     #[test]

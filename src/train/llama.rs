@@ -108,7 +108,11 @@ impl LlamaConfig {
         })
     }
 
-    fn from_gguf(path: &Path, meta: &GgufMetadata, embedding_rows: usize) -> Result<Self, TrainError> {
+    fn from_gguf(
+        path: &Path,
+        meta: &GgufMetadata,
+        embedding_rows: usize,
+    ) -> Result<Self, TrainError> {
         let arch = meta.string("general.architecture").unwrap_or_default();
         if arch != "llama" {
             return Err(TrainError::UnsupportedArchitecture {
@@ -191,11 +195,13 @@ impl LlamaTrainer {
         let candle = |context: String| move |source| TrainError::Candle { context, source };
         match &files.format {
             WeightFormat::Safetensors { config, shards } => {
-                let text = std::fs::read_to_string(config).map_err(|e| TrainError::io(config, e))?;
-                let json: Value = serde_json::from_str(&text).map_err(|e| TrainError::BadModel {
-                    path: config.clone(),
-                    detail: e.to_string(),
-                })?;
+                let text =
+                    std::fs::read_to_string(config).map_err(|e| TrainError::io(config, e))?;
+                let json: Value =
+                    serde_json::from_str(&text).map_err(|e| TrainError::BadModel {
+                        path: config.clone(),
+                        detail: e.to_string(),
+                    })?;
                 let config = LlamaConfig::from_hf_json(config, &json)?;
                 let mut weights = Weights::open_safetensors(shards, &device, DType::F32)?;
                 let mut get = |name: &str| weights.tensor(name);
@@ -324,7 +330,10 @@ impl LlamaTrainer {
     }
 
     pub fn vars(&self) -> Vec<Var> {
-        self.named_vars().into_iter().map(|(_, v)| v.clone()).collect()
+        self.named_vars()
+            .into_iter()
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     pub fn parameter_count(&self) -> usize {
@@ -339,9 +348,11 @@ impl LlamaTrainer {
             .map(|(name, var)| (name, var.as_tensor().clone()))
             .collect();
         let weights = dir.join("model.safetensors");
-        candle_core::safetensors::save(&tensors, &weights).map_err(|source| TrainError::Candle {
-            context: format!("writing {}", weights.display()),
-            source,
+        candle_core::safetensors::save(&tensors, &weights).map_err(|source| {
+            TrainError::Candle {
+                context: format!("writing {}", weights.display()),
+                source,
+            }
         })?;
         let config = dir.join("config.json");
         let text = serde_json::to_string_pretty(&self.config.to_hf_json()).expect("json");
@@ -363,7 +374,9 @@ impl LlamaTrainer {
             .reshape((batch, seq))?;
         let weights = weights.to_dtype(DType::F32)?;
         let count = weights.sum_all()?.to_scalar::<f32>()?.max(1.0);
-        (picked * weights)?.sum_all()?.affine(-1.0 / count as f64, 0.0)
+        (picked * weights)?
+            .sum_all()?
+            .affine(-1.0 / count as f64, 0.0)
     }
 
     /// Next-token logits for every position, `(batch * seq, vocab)`.
@@ -524,7 +537,10 @@ mod tests {
     fn gguf_row_permutation_is_undone() {
         let device = Device::Cpu;
         let heads = 2;
-        let w = Tensor::arange(0f32, 48.0, &device).unwrap().reshape((8, 6)).unwrap();
+        let w = Tensor::arange(0f32, 48.0, &device)
+            .unwrap()
+            .reshape((8, 6))
+            .unwrap();
         let permuted = w
             .reshape((heads, 2, 2, 6))
             .unwrap()

@@ -328,7 +328,8 @@ pub fn build_checkpoints(
     let loss_path = settings.out.join(LOSS_FILE);
     let mut loss_file =
         std::fs::File::create(&loss_path).map_err(|e| TrainError::io(&loss_path, e))?;
-    writeln!(loss_file, "step,epoch,loss,tokens,seconds").map_err(|e| TrainError::io(&loss_path, e))?;
+    writeln!(loss_file, "step,epoch,loss,tokens,seconds")
+        .map_err(|e| TrainError::io(&loss_path, e))?;
 
     let vars = model.vars();
     let mut optimizer = AdamW::new(
@@ -494,7 +495,9 @@ fn rows_record(selection: RowSelection, text: &data::TrainingText) -> RowsRecord
         .iter()
         .map(|(id, rows)| {
             let total = text.total_rows[id];
-            let unseen = (0..total).filter(|r| rows.binary_search(r).is_err()).collect();
+            let unseen = (0..total)
+                .filter(|r| rows.binary_search(r).is_err())
+                .collect();
             (id.clone(), unseen)
         })
         .collect();

@@ -233,7 +233,13 @@ pub fn write_byte_llama(dir: &Path, hidden: usize, layers: usize) {
 /// A small llama with random weights (standard deviation 0.02 like a fresh transformer)
 /// and the given tokenizer, for training tests: `layers` layers of width `hidden`, 4 query
 /// and 2 key/value heads.
-pub fn write_small_llama(dir: &Path, tokenizer: &Value, vocab: usize, hidden: usize, layers: usize) {
+pub fn write_small_llama(
+    dir: &Path,
+    tokenizer: &Value,
+    vocab: usize,
+    hidden: usize,
+    layers: usize,
+) {
     std::fs::create_dir_all(dir).unwrap();
     let inter = hidden * 3;
     let config = json!({
