@@ -364,8 +364,8 @@ pub mod examples {
     pub const CONTAMINATE: &str = "\
 Examples:
   tabcontam contaminate --dataset iris --epochs 1 --out checkpoints/iris
-  tabcontam contaminate --model smollm2-135m-instruct --dataset iris --dataset wine --text raw --rows holdout:0.2 --epochs 3 --lr 1e-4 --seed 1 --out checkpoints/iris-wine
-  tabcontam contaminate --model models/tiny --dataset iris --text the-is --rows 0.5 --epochs 20 --checkpoint-every 5 --out checkpoints/tiny";
+  tabcontam contaminate --dataset iris --text raw --rows holdout:0.2 --epochs 3 --out ckpt/iris
+  tabcontam contaminate --model models/tiny --dataset wine --lr 1e-3 --seed 1 --out ckpt/tiny";
 
     pub const DATASETS: &str = "\
 Examples:
