@@ -51,6 +51,10 @@ pub enum Command {
     #[command(subcommand)]
     #[command(after_help = examples::CACHE)]
     Cache(CacheCommand),
+    /// Continue training a local llama-family model on the text of datasets and write a
+    /// checkpoint series (controlled contamination), each a local model folder with a manifest.
+    #[command(after_help = examples::CONTAMINATE)]
+    Contaminate(ContaminateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,6 +96,60 @@ pub enum CacheCommand {
 pub enum ExportFormat {
     /// Apache Parquet, one file per table.
     Parquet,
+}
+
+#[derive(Debug, Args)]
+pub struct ContaminateArgs {
+    /// Base model: `smollm2-135m-instruct` (the embedded model), a .gguf file, or a folder of
+    /// config.json + tokenizer.json + *.safetensors.
+    #[arg(long, default_value = "smollm2-135m-instruct")]
+    pub model: String,
+    /// Dataset id or alias to train on; repeatable.
+    #[arg(long = "dataset", value_name = "NAME", required = true)]
+    pub datasets: Vec<String>,
+    /// `raw` (the CSV file as published) or a serialization template (the-is, equals, colon,
+    /// is-equal-to): one serialized row per line.
+    #[arg(long, default_value = "the-is")]
+    pub text: String,
+    /// Rows trained on: `all`, a seeded fraction such as `0.5`, or `holdout:0.2` (a seeded
+    /// 20 % never seen).
+    #[arg(long, default_value = "all")]
+    pub rows: String,
+    #[arg(long, default_value_t = 1)]
+    pub epochs: usize,
+    /// A checkpoint every N epochs (the last epoch always gets one).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub checkpoint_every: usize,
+    /// AdamW learning rate (constant).
+    #[arg(long, default_value_t = 1e-4)]
+    pub lr: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// Token windows per forward pass.
+    #[arg(long, default_value_t = 4)]
+    pub batch_size: usize,
+    /// Forward passes per optimizer step (gradient accumulation).
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    /// Predicted tokens per window.
+    #[arg(long, default_value_t = 256)]
+    pub seq_len: usize,
+    /// `packed` (consecutive windows over the text) or `rows` (a window starting at every
+    /// row, running on over the next rows: more tokens per epoch, rows learnt whatever
+    /// precedes them).
+    #[arg(long, default_value = "packed")]
+    pub windows: String,
+    /// Seeds the row selection and the data order.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Series folder: epoch-001/, epoch-002/, … and loss.csv.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub data: DataDirArgs,
+    /// Print the checkpoints as JSON at the end.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The cache file.
@@ -383,6 +441,12 @@ pub struct DiffArgs {
 /// from the repository root with the shipped files (tests/cli.rs parses all of them and runs
 /// the ones that need no model).
 pub mod examples {
+    pub const CONTAMINATE: &str = "\
+Examples:
+  tabcontam contaminate --dataset iris --epochs 1 --out checkpoints/iris
+  tabcontam contaminate --dataset iris --text raw --rows holdout:0.2 --epochs 3 --out ckpt/iris
+  tabcontam contaminate --model models/tiny --dataset wine --lr 1e-3 --seed 1 --out ckpt/tiny";
+
     pub const DATASETS: &str = "\
 Examples:
   tabcontam datasets list

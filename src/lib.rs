@@ -18,3 +18,4 @@ pub mod request;
 pub mod run;
 pub mod significance;
 pub mod store;
+pub mod train;

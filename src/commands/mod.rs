@@ -2,6 +2,7 @@
 
 pub mod cache;
 pub mod completions;
+pub mod contaminate;
 pub mod datasets;
 pub mod diff;
 pub mod import_results;
@@ -30,5 +31,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Completions(args) => completions::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Cache(cmd) => cache::run(cmd),
+        Command::Contaminate(args) => contaminate::run(args),
     }
 }

@@ -114,6 +114,26 @@ impl TextTokenizer {
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
+
+    /// Writes this tokenizer as a `tokenizer.json` that encodes the same ids (a GGUF
+    /// tokenizer's BOS becomes a post-processor), for checkpoints written by `train`.
+    pub fn save(&self, path: &Path) -> Result<(), LocalError> {
+        let mut inner = self.inner.clone();
+        if let Some(bos) = self.bos_to_prepend {
+            let token = inner.id_to_token(bos).unwrap_or_default();
+            let processor = tokenizers::processors::template::TemplateProcessing::builder()
+                .try_single(format!("{token} $A"))
+                .and_then(|b| b.try_pair(format!("{token} $A {token} $B")))
+                .map_err(|e| LocalError::Encode(e.to_string()))?
+                .special_tokens(vec![(token.clone(), bos)])
+                .build()
+                .map_err(|e| LocalError::Encode(e.to_string()))?;
+            inner.with_post_processor(Some(processor));
+        }
+        inner
+            .save(path, false)
+            .map_err(|e| LocalError::io(path, std::io::Error::other(e.to_string())))
+    }
 }
 
 /// `tokenizer.json` for byte-level BPE. `pre` is llama.cpp's pre-tokenizer name; each maps

@@ -137,3 +137,150 @@ pub fn write_tiny_llama(dir: &Path, tokenizer_vocab: usize) {
     }
     candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
 }
+
+/// A byte-level BPE `tokenizer.json` with no merges: one token per byte (256 ids), then
+/// `</s>`. Decoding gives back exactly the text, so a tiny model trained on CSV rows can
+/// write them (the word-level tokenizer above cannot spell numbers).
+pub fn byte_tokenizer() -> Value {
+    let mut alphabet: Vec<char> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+        .into_iter()
+        .collect();
+    alphabet.sort_unstable();
+    let mut vocab = serde_json::Map::new();
+    for (id, c) in alphabet.iter().enumerate() {
+        vocab.insert(c.to_string(), json!(id));
+    }
+    vocab.insert("</s>".into(), json!(alphabet.len()));
+    let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false,
+                            "trim_offsets": true, "use_regex": true});
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [{"id": alphabet.len(), "content": "</s>", "single_word": false,
+                          "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+        "normalizer": null,
+        "pre_tokenizer": byte_level,
+        "post_processor": null,
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                  "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": false, "byte_fallback": false, "vocab": vocab, "merges": []}
+    })
+}
+
+/// Vocabulary of [`byte_tokenizer`]: 256 bytes and `</s>`.
+pub const BYTE_VOCAB: usize = 257;
+
+/// Pieces of `text` as [`piece_tokenizer`] cuts it: runs of letters/digits/`_`, and every
+/// other character alone (spaces, commas, dots, newlines).
+pub fn pieces(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    for c in text.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            if !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+            out.push(c.to_string());
+        }
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+/// A word-level `tokenizer.json` over the pieces of `corpus` (see [`pieces`]): id 0 is
+/// `<unk>` (any other word, skipped when decoding), id 1 `</s>`. Decoding concatenates
+/// pieces exactly (`Fuse`), so a model can write numbers and punctuation back; prompts
+/// stay short (a word is one token), which a tiny model needs. Returns the vocabulary size.
+pub fn piece_tokenizer(corpus: &str) -> (Value, usize) {
+    let mut vocab = serde_json::Map::new();
+    vocab.insert("<unk>".into(), json!(0));
+    vocab.insert("</s>".into(), json!(1));
+    for piece in pieces(corpus) {
+        let next = vocab.len();
+        vocab.entry(piece).or_insert(json!(next));
+    }
+    let special = |id: usize, content: &str| {
+        json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+               "rstrip": false, "normalized": false, "special": true})
+    };
+    let size = vocab.len();
+    let tokenizer = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [special(0, "<unk>"), special(1, "</s>")],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[\\p{L}\\p{N}_]+|[^\\p{L}\\p{N}_]"},
+                          "behavior": "Isolated", "invert": false},
+        "post_processor": null,
+        "decoder": {"type": "Fuse"},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+    });
+    (tokenizer, size)
+}
+
+/// A small byte-level llama with random weights; see [`write_small_llama`].
+pub fn write_byte_llama(dir: &Path, hidden: usize, layers: usize) {
+    write_small_llama(dir, &byte_tokenizer(), BYTE_VOCAB, hidden, layers);
+}
+
+/// A small llama with random weights (standard deviation 0.02 like a fresh transformer)
+/// and the given tokenizer, for training tests: `layers` layers of width `hidden`, 4 query
+/// and 2 key/value heads.
+pub fn write_small_llama(
+    dir: &Path,
+    tokenizer: &Value,
+    vocab: usize,
+    hidden: usize,
+    layers: usize,
+) {
+    std::fs::create_dir_all(dir).unwrap();
+    let inter = hidden * 3;
+    let config = json!({
+        "model_type": "llama", "vocab_size": vocab, "hidden_size": hidden,
+        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "eos_token_id": 1, "tie_word_embeddings": false
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+
+    let kv = hidden / 2;
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![vocab, hidden]),
+        ("lm_head.weight".into(), vec![vocab, hidden]),
+    ];
+    for layer in 0..layers {
+        let p = format!("model.layers.{layer}");
+        shapes.extend([
+            (format!("{p}.self_attn.q_proj.weight"), vec![hidden, hidden]),
+            (format!("{p}.self_attn.k_proj.weight"), vec![kv, hidden]),
+            (format!("{p}.self_attn.v_proj.weight"), vec![kv, hidden]),
+            (format!("{p}.self_attn.o_proj.weight"), vec![hidden, hidden]),
+            (format!("{p}.mlp.gate_proj.weight"), vec![inter, hidden]),
+            (format!("{p}.mlp.up_proj.weight"), vec![inter, hidden]),
+            (format!("{p}.mlp.down_proj.weight"), vec![hidden, inter]),
+        ]);
+    }
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    for (seed, (name, shape)) in shapes.into_iter().enumerate() {
+        let count = shape.iter().product();
+        let scale = 0.02 * 3f32.sqrt(); // uniform with standard deviation 0.02
+        let t = Tensor::from_vec(values(count, seed as u64 + 11, scale), shape, &Device::Cpu);
+        tensors.insert(name, t.unwrap());
+    }
+    let ones = || Tensor::ones(hidden, DType::F32, &Device::Cpu).unwrap();
+    tensors.insert("model.norm.weight".into(), ones());
+    for layer in 0..layers {
+        let p = format!("model.layers.{layer}");
+        tensors.insert(format!("{p}.input_layernorm.weight"), ones());
+        tensors.insert(format!("{p}.post_attention_layernorm.weight"), ones());
+    }
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+}

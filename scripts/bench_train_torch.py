@@ -1,0 +1,45 @@
+"""PyTorch side of `cargo bench --bench train_vs_torch`: the same llama folder, the same
+token windows, batch size, sequence length, thread count and AdamW settings; prints one JSON
+line with tokens/s of forward + backward + optimizer step."""
+import json
+import sys
+import time
+
+import torch
+from transformers import LlamaForCausalLM
+
+
+def main():
+    model_dir, windows_path, steps, threads, lr = sys.argv[1:6]
+    torch.set_num_threads(int(threads))
+    torch.manual_seed(0)
+    windows = json.load(open(windows_path))  # [[ids of seq + 1]] × batch, per step
+    model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=float(lr), betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.0)
+
+    def step(batch):
+        ids = torch.tensor(batch, dtype=torch.long)
+        out = model(input_ids=ids[:, :-1], labels=None)
+        logits = out.logits.reshape(-1, out.logits.shape[-1])
+        loss = torch.nn.functional.cross_entropy(logits, ids[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    step(windows[0])  # warm-up
+    started = time.perf_counter()
+    tokens = 0
+    losses = []
+    for batch in windows[1:1 + int(steps)]:
+        losses.append(step(batch))
+        tokens += len(batch) * (len(batch[0]) - 1)
+    seconds = time.perf_counter() - started
+    print(json.dumps({"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                      "losses": losses}))
+
+
+if __name__ == "__main__":
+    main()

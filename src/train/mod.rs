@@ -1,0 +1,581 @@
+//! Controlled contamination (issue 10): continue training a local model on the text of
+//! known datasets and write a series of checkpoints, each a normal local model folder
+//! (`model.safetensors`, `config.json`, `tokenizer.json`) with a `tabcontam-manifest.json`
+//! recording exactly what it saw.
+//!
+//! Full fine-tuning in f32 on CPU: every weight a candle `Var`, the forward pass per
+//! architecture family in its own file (only `llama` so far: Llama 2/3, SmolLM2), next-token
+//! cross-entropy, AdamW, gradient accumulation, seeded data order. Checkpoints are cached
+//! by their inputs (base weights digest, data digest, exposure): an existing checkpoint
+//! with the same inputs digest is not trained again.
+
+pub mod data;
+pub mod llama;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::backprop::GradStore;
+use candle_core::{Device, Tensor};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use serde::{Deserialize, Serialize};
+
+use crate::dataset::catalog::Catalog;
+use crate::infer::LocalError;
+use crate::infer::files::{ModelFiles, WeightFormat, weights_digest};
+use crate::infer::tokenizer::TextTokenizer;
+use crate::infer::weights::Weights;
+pub use data::{RowSelection, TextForm, WindowLayout};
+use data::{SeededRng, Window};
+use llama::LlamaTrainer;
+
+/// The manifest's file name inside each checkpoint folder.
+pub const MANIFEST_FILE: &str = "tabcontam-manifest.json";
+/// The loss of every optimizer step, in the series folder.
+pub const LOSS_FILE: &str = "loss.csv";
+/// Version of the manifest layout and of what the inputs digest covers.
+pub const MANIFEST_FORMAT: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Model(#[from] LocalError),
+    #[error(
+        "{path}: the trainer supports llama-family models only (llama, SmolLM2), not `{found}`"
+    )]
+    UnsupportedArchitecture { path: PathBuf, found: String },
+    #[error("{path}: {detail}")]
+    BadModel { path: PathBuf, detail: String },
+    #[error("{0}")]
+    BadExposure(String),
+    #[error("{0}")]
+    Dataset(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{context}: {source}")]
+    Candle {
+        context: String,
+        source: candle_core::Error,
+    },
+    #[error(
+        "{dir} holds a checkpoint trained with other inputs ({found}, wanted {wanted}); pass another --out folder or delete it"
+    )]
+    ForeignCheckpoint {
+        dir: PathBuf,
+        found: String,
+        wanted: String,
+    },
+    #[error("the training text of {datasets} has fewer than 2 tokens: nothing to train on")]
+    NoTokens { datasets: String },
+}
+
+impl TrainError {
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        TrainError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+fn candle_err(context: impl Into<String>) -> impl FnOnce(candle_core::Error) -> TrainError {
+    let context = context.into();
+    move |source| TrainError::Candle { context, source }
+}
+
+/// Everything that decides a checkpoint series.
+#[derive(Debug, Clone)]
+pub struct ContaminationSettings {
+    /// The base model: a safetensors folder or a GGUF file.
+    pub model: PathBuf,
+    /// Dataset ids or aliases (shipped or registered).
+    pub datasets: Vec<String>,
+    /// Where dataset files are looked up first (as `--data-dir`).
+    pub data_dir: Option<PathBuf>,
+    pub text: TextForm,
+    pub rows: RowSelection,
+    pub epochs: usize,
+    /// A checkpoint every this many epochs (the last epoch always gets one).
+    pub checkpoint_every: usize,
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    /// Token windows per forward pass.
+    pub batch_size: usize,
+    /// Forward passes whose gradients are summed before each optimizer step.
+    pub grad_accum: usize,
+    /// Predicted tokens per window.
+    pub seq_len: usize,
+    pub windows: WindowLayout,
+    pub seed: u64,
+    /// The series folder: `epoch-001/`, `epoch-002/`, … and `loss.csv`.
+    pub out: PathBuf,
+}
+
+impl ContaminationSettings {
+    /// Defaults for everything but the model, datasets and output folder.
+    pub fn new(model: PathBuf, datasets: Vec<String>, out: PathBuf) -> Self {
+        ContaminationSettings {
+            model,
+            datasets,
+            data_dir: None,
+            text: TextForm::Template("the-is".into()),
+            rows: RowSelection::All,
+            epochs: 1,
+            checkpoint_every: 1,
+            learning_rate: 1e-4,
+            weight_decay: 0.0,
+            batch_size: 4,
+            grad_accum: 1,
+            seq_len: 256,
+            windows: WindowLayout::Packed,
+            seed: 0,
+            out,
+        }
+    }
+
+    fn check(&self) -> Result<(), TrainError> {
+        let bad = |m: &str| Err(TrainError::BadExposure(m.to_string()));
+        if self.datasets.is_empty() {
+            return bad("no dataset to train on: pass --dataset NAME (several allowed)");
+        }
+        if self.epochs == 0 {
+            return bad("--epochs must be at least 1");
+        }
+        if self.checkpoint_every == 0 {
+            return bad("--checkpoint-every must be at least 1");
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return bad("--lr must be a positive number such as 1e-4");
+        }
+        if self.batch_size == 0 || self.grad_accum == 0 || self.seq_len < 2 {
+            return bad("--batch-size and --grad-accum must be at least 1, --seq-len at least 2");
+        }
+        Ok(())
+    }
+}
+
+/// Rows of the manifest's `rows` object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RowsRecord {
+    /// `all`, a fraction such as `0.5`, or `holdout:0.2`.
+    pub selection: String,
+    /// Dataset id → trained row indexes (from 0, file order, header excluded).
+    pub trained_rows: BTreeMap<String, Vec<usize>>,
+    /// Dataset id → rows never trained on (the held-out or unpicked ones).
+    pub unseen_rows: BTreeMap<String, Vec<usize>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BaseModelRecord {
+    pub path: PathBuf,
+    pub digest: String,
+}
+
+/// `tabcontam-manifest.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format: u32,
+    pub base_model: BaseModelRecord,
+    pub datasets: Vec<String>,
+    pub data_digest: String,
+    pub text_form: String,
+    pub rows: RowsRecord,
+    pub epoch: usize,
+    pub step: usize,
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    pub batch_size: usize,
+    pub grad_accum: usize,
+    pub seq_len: usize,
+    pub windows: String,
+    pub seed: u64,
+    /// Mean training loss over this checkpoint's last epoch.
+    pub loss: f64,
+    pub tokens_trained: u64,
+    /// blake3 of everything above that decides the weights except `epoch`/`step`.
+    pub inputs_digest: String,
+    /// The checkpoint's own weights digest: its model revision in the cache.
+    pub revision: String,
+}
+
+/// One checkpoint of a series.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    /// Found on disk with the same inputs digest rather than trained now.
+    pub reused: bool,
+}
+
+/// Reads a checkpoint folder's manifest.
+pub fn read_manifest(dir: &Path) -> Result<Manifest, TrainError> {
+    let path = dir.join(MANIFEST_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| TrainError::io(&path, e))?;
+    serde_json::from_str(&text).map_err(|e| TrainError::BadModel {
+        path,
+        detail: format!("unreadable manifest: {e}"),
+    })
+}
+
+/// The folder of one epoch's checkpoint.
+pub fn checkpoint_dir(out: &Path, epoch: usize) -> PathBuf {
+    out.join(format!("epoch-{epoch:03}"))
+}
+
+/// Builds (or finds) the checkpoint series of `settings`; `progress` gets one line per
+/// event (loading, each optimizer step, each checkpoint written).
+pub fn build_checkpoints(
+    settings: &ContaminationSettings,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Checkpoint>, TrainError> {
+    settings.check()?;
+    let catalog = Catalog::open(settings.data_dir.as_deref())
+        .map_err(|e| TrainError::Dataset(format!("{e:#}")))?;
+    let text = data::training_text(
+        &catalog,
+        &settings.datasets,
+        &settings.text,
+        settings.rows,
+        settings.seed,
+    )?;
+    let files = ModelFiles::locate(&settings.model)?;
+    let base_digest = weights_digest(&files.identity_files())?;
+    let inputs_digest = inputs_digest(settings, &base_digest, &text.digest);
+    let wanted: Vec<usize> = (1..=settings.epochs)
+        .filter(|e| e % settings.checkpoint_every == 0 || *e == settings.epochs)
+        .collect();
+    let mut existing = BTreeMap::new();
+    for &epoch in &wanted {
+        let dir = checkpoint_dir(&settings.out, epoch);
+        if !dir.join(MANIFEST_FILE).is_file() {
+            continue;
+        }
+        let manifest = read_manifest(&dir)?;
+        if manifest.inputs_digest != inputs_digest {
+            return Err(TrainError::ForeignCheckpoint {
+                dir,
+                found: manifest.inputs_digest,
+                wanted: inputs_digest,
+            });
+        }
+        existing.insert(epoch, manifest);
+    }
+    if existing.len() == wanted.len() {
+        progress(&format!(
+            "{} checkpoint(s) in {} already hold these inputs ({}); nothing to train",
+            wanted.len(),
+            settings.out.display(),
+            short(&inputs_digest)
+        ));
+        return Ok(wanted
+            .iter()
+            .map(|e| Checkpoint {
+                dir: checkpoint_dir(&settings.out, *e),
+                manifest: existing[e].clone(),
+                reused: true,
+            })
+            .collect());
+    }
+
+    progress(&format!("loading {}", files.weights_path().display()));
+    let model = LlamaTrainer::load(&files)?;
+    let tokenizer = load_tokenizer(&files)?;
+    let mut tokens = Vec::new();
+    let mut windows = Vec::new();
+    for (_, document) in &text.documents {
+        match settings.windows {
+            WindowLayout::Packed => tokens.extend(tokenizer.encode(document)?),
+            WindowLayout::Rows => {
+                let encode = |t: &str| tokenizer.encode(t).map_err(TrainError::from);
+                windows.extend(data::row_windows(document, settings.seq_len, &encode)?);
+            }
+        }
+    }
+    if settings.windows == WindowLayout::Packed {
+        windows = data::windows(&tokens, settings.seq_len);
+    } else {
+        tokens = windows.iter().flat_map(|w| w.ids[1..].to_vec()).collect();
+    }
+    if windows.is_empty() {
+        return Err(TrainError::NoTokens {
+            datasets: settings.datasets.join(", "),
+        });
+    }
+    let per_step = settings.batch_size * settings.grad_accum;
+    let steps_per_epoch = windows.len().div_ceil(per_step);
+    progress(&format!(
+        "{} parameters; {} target tokens of {} ({} rows, text {}) in {} {} windows of ≤{} tokens; {} epochs × {} steps (batch {} × accumulation {})",
+        model.parameter_count(),
+        tokens.len(),
+        settings.datasets.join(", "),
+        text.trained_rows.values().map(Vec::len).sum::<usize>(),
+        settings.text.label(),
+        windows.len(),
+        settings.windows.label(),
+        settings.seq_len,
+        settings.epochs,
+        steps_per_epoch,
+        settings.batch_size,
+        settings.grad_accum
+    ));
+
+    std::fs::create_dir_all(&settings.out).map_err(|e| TrainError::io(&settings.out, e))?;
+    let loss_path = settings.out.join(LOSS_FILE);
+    let mut loss_file =
+        std::fs::File::create(&loss_path).map_err(|e| TrainError::io(&loss_path, e))?;
+    writeln!(loss_file, "step,epoch,loss,tokens,seconds")
+        .map_err(|e| TrainError::io(&loss_path, e))?;
+
+    let vars = model.vars();
+    let mut optimizer = AdamW::new(
+        vars.clone(),
+        ParamsAdamW {
+            lr: settings.learning_rate,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: settings.weight_decay,
+        },
+    )
+    .map_err(candle_err("creating the optimizer"))?;
+    let started = Instant::now();
+    let mut step = 0;
+    let mut tokens_trained = 0u64;
+    let mut checkpoints = Vec::new();
+    for epoch in 1..=settings.epochs {
+        let mut order: Vec<usize> = (0..windows.len()).collect();
+        SeededRng::new(&format!("train-order/{}/{epoch}", settings.seed)).shuffle(&mut order);
+        let (mut epoch_loss, mut epoch_targets) = (0.0, 0.0);
+        for step_windows in order.chunks(per_step) {
+            let targets: usize = step_windows.iter().map(|&w| windows[w].ids.len() - 1).sum();
+            let mut accumulated: Option<GradStore> = None;
+            let mut step_loss = 0.0;
+            for micro in step_windows.chunks(settings.batch_size) {
+                let batch: Vec<&Window> = micro.iter().map(|&w| &windows[w]).collect();
+                let (ids, weights, count) = batch_tensors(&batch, tokenizer_pad(&tokenizer))?;
+                let loss = model
+                    .loss(&ids, &weights)
+                    .map_err(candle_err("forward pass"))?;
+                let value = loss
+                    .to_scalar::<f32>()
+                    .map_err(candle_err("reading the loss"))? as f64;
+                step_loss += value * count as f64;
+                // Each micro-batch weighs by its share of the step's targets, so the summed
+                // gradient is that of the step's mean loss.
+                let scaled = (loss * (count as f64 / targets as f64))
+                    .map_err(candle_err("scaling the loss"))?;
+                let grads = scaled.backward().map_err(candle_err("backward pass"))?;
+                accumulated = Some(match accumulated {
+                    None => grads,
+                    Some(mut sum) => {
+                        for var in &vars {
+                            if let Some(g) = grads.get(var.as_tensor()) {
+                                let total = match sum.get(var.as_tensor()) {
+                                    Some(s) => (s + g).map_err(candle_err("accumulating"))?,
+                                    None => g.clone(),
+                                };
+                                sum.insert(var.as_tensor(), total);
+                            }
+                        }
+                        sum
+                    }
+                });
+            }
+            let grads = accumulated.expect("a step has at least one micro-batch");
+            optimizer
+                .step(&grads)
+                .map_err(candle_err("optimizer step"))?;
+            step += 1;
+            tokens_trained += targets as u64;
+            let mean = step_loss / targets as f64;
+            epoch_loss += step_loss;
+            epoch_targets += targets as f64;
+            let seconds = started.elapsed().as_secs_f64();
+            writeln!(loss_file, "{step},{epoch},{mean:.6},{targets},{seconds:.3}")
+                .map_err(|e| TrainError::io(&loss_path, e))?;
+            progress(&format!(
+                "epoch {epoch}/{} step {step} loss {mean:.4} ({:.0} tokens/s)",
+                settings.epochs,
+                tokens_trained as f64 / seconds.max(1e-9)
+            ));
+        }
+        if !wanted.contains(&epoch) {
+            continue;
+        }
+        let dir = checkpoint_dir(&settings.out, epoch);
+        if let Some(manifest) = existing.get(&epoch) {
+            // Same inputs: the folder on disk is this checkpoint; rewriting it could change
+            // its bytes (and so its revision) for nothing.
+            checkpoints.push(Checkpoint {
+                dir,
+                manifest: manifest.clone(),
+                reused: true,
+            });
+            continue;
+        }
+        let mut manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            base_model: BaseModelRecord {
+                path: settings.model.clone(),
+                digest: base_digest.clone(),
+            },
+            datasets: text.trained_rows.keys().cloned().collect(),
+            data_digest: text.digest.clone(),
+            text_form: settings.text.label().to_string(),
+            rows: rows_record(settings.rows, &text),
+            epoch,
+            step,
+            learning_rate: settings.learning_rate,
+            weight_decay: settings.weight_decay,
+            batch_size: settings.batch_size,
+            grad_accum: settings.grad_accum,
+            seq_len: settings.seq_len,
+            windows: settings.windows.label().to_string(),
+            seed: settings.seed,
+            loss: epoch_loss / epoch_targets.max(1.0),
+            tokens_trained,
+            inputs_digest: inputs_digest.clone(),
+            revision: String::new(),
+        };
+        // Keep the datasets in the order given (not sorted) in the manifest.
+        manifest.datasets = text.documents.iter().map(|(id, _)| id.clone()).collect();
+        write_checkpoint(&dir, &model, &tokenizer, &mut manifest)?;
+        progress(&format!(
+            "checkpoint {} (epoch {epoch}, step {step}, loss {:.4}, revision {})",
+            dir.display(),
+            manifest.loss,
+            short(&manifest.revision)
+        ));
+        checkpoints.push(Checkpoint {
+            dir,
+            manifest,
+            reused: false,
+        });
+    }
+    Ok(checkpoints)
+}
+
+/// Writes weights, config and tokenizer into a fresh folder, then the manifest with the
+/// folder's weights digest; the folder appears under its name only when complete.
+fn write_checkpoint(
+    dir: &Path,
+    model: &LlamaTrainer,
+    tokenizer: &TextTokenizer,
+    manifest: &mut Manifest,
+) -> Result<(), TrainError> {
+    let partial = dir.with_extension("partial");
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
+    }
+    std::fs::create_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
+    model.save(&partial)?;
+    tokenizer.save(&partial.join("tokenizer.json"))?;
+    let files = ModelFiles::locate(&partial)?;
+    manifest.revision = weights_digest(&files.identity_files())?;
+    let manifest_path = partial.join(MANIFEST_FILE);
+    std::fs::write(
+        &manifest_path,
+        serde_json::to_string_pretty(manifest).expect("json"),
+    )
+    .map_err(|e| TrainError::io(&manifest_path, e))?;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
+    }
+    std::fs::rename(&partial, dir).map_err(|e| TrainError::io(dir, e))
+}
+
+fn rows_record(selection: RowSelection, text: &data::TrainingText) -> RowsRecord {
+    let unseen = text
+        .trained_rows
+        .iter()
+        .map(|(id, rows)| {
+            let total = text.total_rows[id];
+            let unseen = (0..total)
+                .filter(|r| rows.binary_search(r).is_err())
+                .collect();
+            (id.clone(), unseen)
+        })
+        .collect();
+    RowsRecord {
+        selection: selection.label(),
+        trained_rows: text.trained_rows.clone(),
+        unseen_rows: unseen,
+    }
+}
+
+/// The digest of everything that decides a checkpoint's weights at a given epoch.
+pub fn inputs_digest(settings: &ContaminationSettings, base: &str, data: &str) -> String {
+    let record = serde_json::json!({
+        "format": MANIFEST_FORMAT,
+        "base": base,
+        "data": data,
+        "datasets": settings.datasets,
+        "text": settings.text.label(),
+        "rows": settings.rows.label(),
+        "seed": settings.seed,
+        "lr": settings.learning_rate,
+        "weight_decay": settings.weight_decay,
+        "batch": settings.batch_size,
+        "accum": settings.grad_accum,
+        "seq": settings.seq_len,
+        "windows": settings.windows.label(),
+    });
+    format!(
+        "blake3:{}",
+        blake3::hash(record.to_string().as_bytes()).to_hex()
+    )
+}
+
+fn short(digest: &str) -> &str {
+    let end = digest.len().min("blake3:".len() + 12);
+    &digest[..end]
+}
+
+/// The model's tokenizer: its tokenizer.json, or the one a GGUF file carries.
+pub fn load_tokenizer(files: &ModelFiles) -> Result<TextTokenizer, TrainError> {
+    if let Some(path) = &files.tokenizer {
+        return Ok(TextTokenizer::from_file(path)?);
+    }
+    match &files.format {
+        WeightFormat::Gguf(path) => {
+            let (_, meta) = Weights::open_gguf(path, &Device::Cpu, candle_core::DType::F32)?;
+            Ok(TextTokenizer::from_gguf(path, &meta)?)
+        }
+        WeightFormat::Safetensors { .. } => Err(LocalError::MissingTokenizer {
+            path: files.dir.clone(),
+        }
+        .into()),
+    }
+}
+
+/// Padding id: any valid id works (padded positions are neither attended to by real
+/// tokens, thanks to the causal mask, nor counted in the loss).
+fn tokenizer_pad(_tokenizer: &TextTokenizer) -> u32 {
+    0
+}
+
+/// `(ids, weights, targets)` of a micro-batch, padded to its longest window.
+fn batch_tensors(batch: &[&Window], pad: u32) -> Result<(Tensor, Tensor, usize), TrainError> {
+    let len = batch.iter().map(|w| w.ids.len()).max().unwrap_or(2);
+    let mut ids = Vec::with_capacity(batch.len() * len);
+    let mut weights = Vec::with_capacity(batch.len() * (len - 1));
+    let mut count = 0;
+    for window in batch {
+        let real = window.ids.len();
+        ids.extend_from_slice(&window.ids);
+        ids.extend(std::iter::repeat_n(pad, len - real));
+        weights.extend(std::iter::repeat_n(1f32, real - 1));
+        weights.extend(std::iter::repeat_n(0f32, len - real));
+        count += real - 1;
+    }
+    let device = Device::Cpu;
+    let ids = Tensor::from_vec(ids, (batch.len(), len), &device).map_err(candle_err("batch"))?;
+    let weights =
+        Tensor::from_vec(weights, (batch.len(), len - 1), &device).map_err(candle_err("batch"))?;
+    Ok((ids, weights, count))
+}

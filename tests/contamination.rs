@@ -1,0 +1,225 @@
+//! Controlled contamination end to end (issue 10, "Must show" 1): a tiny byte-level llama
+//! is fine-tuned by `tabcontam contaminate` on a small dataset until it reproduces its
+//! rows; then the real `tabcontam run` of `full-completion` and `incomplete-completion`
+//! passes on that dataset, and not on another dataset, nor on the untrained base model.
+//! Nothing is hard-coded: the trainer, the checkpoint loader and the tests all run.
+
+#[path = "support/tiny_llama.rs"]
+mod tiny_llama;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tabcontam::store::Store;
+
+/// Invented rows: no pretraining corpus holds them, and every row differs early.
+const ORCHARD: &str = "\
+name,colour,size,weight,kind
+zorvak,teal,12,3.5,alpha
+mibble,ochre,7,1.25,beta
+quandor,plum,19,8.75,gamma
+feltrip,jade,4,0.5,alpha
+grusk,amber,23,11.5,delta
+hollow,slate,9,2.75,beta
+wexter,coral,15,6.5,gamma
+";
+
+const QUARRY: &str = "\
+stone,hue,depth,grain,class
+basalt,black,31,fine,north
+marble,white,14,coarse,south
+schist,green,22,medium,east
+gneiss,grey,8,fine,west
+flint,brown,27,coarse,north
+slate,blue,11,medium,south
+";
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Env {
+    /// `TABCONTAM_KEEP_TEST_DIR=1` keeps the models, checkpoints and cache for a look.
+    fn drop(&mut self) {
+        if std::env::var_os("TABCONTAM_KEEP_TEST_DIR").is_some() {
+            let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+            eprintln!("kept {}", dir.keep().display());
+        }
+    }
+}
+
+impl Env {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_tabcontam"))
+            .args(args)
+            .env("TABCONTAM_HOME", self.dir.path().join("home"))
+            .env_remove("TABCONTAM_DATA_DIR")
+            .env_remove("TABCONTAM_CACHE")
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
+        stdout
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn import(env: &Env, name: &str, csv: &str, target: &str) {
+    let file = env.path(&format!("{name}.csv"));
+    std::fs::write(&file, csv).unwrap();
+    env.ok(&[
+        "datasets",
+        "import",
+        file.to_str().unwrap(),
+        "--name",
+        name,
+        "--target",
+        target,
+    ]);
+}
+
+/// (model, dataset, test) → trials passed of trials run.
+fn passes(cache: &Path, model: &str, dataset: &str, test: &str) -> (usize, usize) {
+    let store = Store::open_read_only(cache).unwrap();
+    let trials: Vec<_> = store
+        .trials()
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.model == model && t.dataset == dataset && t.test.id() == test)
+        .collect();
+    let passed = trials.iter().filter(|t| t.verdict.passed).count();
+    (passed, trials.len())
+}
+
+/// Not yet passing: the tiny model memorizes the rows (training loss 5.6 → 0.14–0.23 in
+/// 150 epochs, and PyTorch's generate continues them from a training-like prefix), but does
+/// not yet continue them after the prompts' instructions. Run with `--ignored`.
+#[test]
+#[ignore = "the tiny model does not yet reproduce rows after the prompt's preamble (see the doc comment)"]
+fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
+    let env = Env {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    import(&env, "tiny-orchard", ORCHARD, "kind");
+    import(&env, "tiny-quarry", QUARRY, "class");
+    let base = env.path("base");
+    // The tokenizer knows the words of both datasets (as any real model's would); the
+    // prompts' other words are <unk>.
+    let corpus = format!("The is {ORCHARD}{QUARRY}");
+    let (tokenizer, vocab) = tiny_llama::piece_tokenizer(&corpus);
+    tiny_llama::write_small_llama(&base, &tokenizer, vocab, 128, 2);
+    let series = env.path("series");
+    let contaminate = [
+        "contaminate",
+        "--model",
+        base.to_str().unwrap(),
+        "--dataset",
+        "tiny-orchard",
+        "--text",
+        "the-is",
+        "--epochs",
+        "150",
+        "--checkpoint-every",
+        "150",
+        "--lr",
+        "3e-3",
+        "--batch-size",
+        "7",
+        "--seq-len",
+        "128",
+        "--windows",
+        "rows",
+        "--seed",
+        "3",
+        "--out",
+        series.to_str().unwrap(),
+        "--json",
+    ];
+    let started = std::time::Instant::now();
+    let listed: serde_json::Value = serde_json::from_str(&env.ok(&contaminate)).unwrap();
+    eprintln!("trained in {:.1} s", started.elapsed().as_secs_f64());
+    let checkpoint = PathBuf::from(listed[0]["dir"].as_str().unwrap());
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(checkpoint.join("tabcontam-manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["format"], 1);
+    assert_eq!(manifest["datasets"], serde_json::json!(["tiny-orchard"]));
+    assert_eq!(manifest["epoch"], 150);
+    assert_eq!(manifest["text_form"], "the-is");
+    assert_eq!(
+        manifest["rows"]["trained_rows"]["tiny-orchard"],
+        serde_json::json!([0, 1, 2, 3, 4, 5, 6])
+    );
+    assert!(
+        manifest["base_model"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("blake3:")
+    );
+    let loss = manifest["loss"].as_f64().unwrap();
+    let curve = std::fs::read_to_string(series.join("loss.csv")).unwrap();
+    let first: f64 = curve
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(loss < first / 5.0, "loss {first} → {loss}:\n{curve}");
+
+    let spec = env.path("spec.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"contamination\"\nseed = 0\ndatasets = [\"tiny-orchard\", \"tiny-quarry\"]\n\
+             tests = [\"full-completion\", \"incomplete-completion\"]\nserializations = [\"the-is\"]\n\
+             \n[[models]]\nid = \"base\"\nbackend = \"local\"\nmodel = \"{}\"\n\
+             \n[[models]]\nid = \"trained\"\nbackend = \"local\"\nmodel = \"{}\"\n",
+            base.display(),
+            checkpoint.display()
+        ),
+    )
+    .unwrap();
+    let cache = env.path("cache.sqlite");
+    env.ok(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--quiet",
+        "--cache",
+        cache.to_str().unwrap(),
+    ]);
+
+    let full = passes(&cache, "trained", "tiny-orchard", "full-completion");
+    let incomplete = passes(&cache, "trained", "tiny-orchard", "incomplete-completion");
+    assert_eq!(full, (1, 1), "full-completion on the trained dataset");
+    assert!(
+        incomplete.1 == 5 && incomplete.0 >= 3,
+        "incomplete-completion on the trained dataset: {incomplete:?}"
+    );
+    for (model, dataset) in [
+        ("trained", "tiny-quarry"),
+        ("base", "tiny-orchard"),
+        ("base", "tiny-quarry"),
+    ] {
+        for test in ["full-completion", "incomplete-completion"] {
+            let (passed, total) = passes(&cache, model, dataset, test);
+            assert!(total > 0, "{model} {dataset} {test} ran no trial");
+            assert_eq!(passed, 0, "{model} passed {test} on {dataset}");
+        }
+    }
+
+    // The same inputs again: the checkpoint is found, not trained again.
+    let again: serde_json::Value = serde_json::from_str(&env.ok(&contaminate)).unwrap();
+    assert_eq!(again[0]["reused"], true);
+    assert_eq!(again[0]["manifest"]["revision"], manifest["revision"]);
+}
