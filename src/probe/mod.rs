@@ -189,12 +189,25 @@ impl TestId {
             TestId::FullCompletion => 512,
             TestId::FeatureCompletion => 64,
             TestId::Membership | TestId::Classify0Shot | TestId::Classify1Shot => 4,
-            // Enough for the longest continuation compared (1,200 characters).
-            TestId::Header => 400,
+            // About 600 characters of a CSV: several rows past any cut in lines 2–8.
+            TestId::Header => 200,
             // One row of the widest shipped file (adult) is about 60 tokens.
             TestId::RowCompletion => 128,
             TestId::FeatureCompletionVerbatim => 32,
             TestId::FirstToken => 8,
+        }
+    }
+
+    /// Stop sequences sent with raw-completion prompts of this test: the one-line answers of
+    /// tests 14–16 end at the line break (only the first line is judged), so a base model
+    /// does not write further rows up to the token limit. Chat models get none (their
+    /// answer may open with a code-fence line).
+    pub fn raw_stop(self) -> &'static [&'static str] {
+        match self {
+            TestId::RowCompletion | TestId::FeatureCompletionVerbatim | TestId::FirstToken => {
+                &["\n"]
+            }
+            _ => &[],
         }
     }
 

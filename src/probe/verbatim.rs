@@ -24,7 +24,7 @@ pub const HEADER_TRIALS: u32 = 5;
 /// The header test cuts inside file lines 2–8 (1 = the header line).
 const HEADER_CUT_LINES: std::ops::RangeInclusive<usize> = 2..=8;
 /// Longest continuation the header test compares against (characters).
-const HEADER_CONTINUATION_CHARS: usize = 1200;
+const HEADER_CONTINUATION_CHARS: usize = 800;
 /// First-token test: the token is the first field of the row, cut to this many characters
 /// (its "first digits" for a number).
 const FIRST_TOKEN_CHARS: usize = 4;

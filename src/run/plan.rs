@@ -77,7 +77,16 @@ fn params(model: &ModelSpec, prompt: &Prompt, sample: u32) -> GenerationParams {
         temperature: model.temperature,
         top_p: model.top_p,
         seed: sample_seed(model.api_seed, sample),
-        stop: Vec::new(),
+        stop: if model.is_chat() {
+            Vec::new()
+        } else {
+            prompt
+                .test
+                .raw_stop()
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        },
     }
 }
 
