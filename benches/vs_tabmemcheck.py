@@ -444,7 +444,7 @@ def main() -> int:
 # sends its config.max_tokens (1000) with header and feature-completion queries and no stop
 # sequence, so without a cap its queries generate up to 1000 tokens each; its row and
 # first-token queries ask for 1 + len(row) tokens themselves.
-OUR_BUDGET = {"header": 400, "feature-completion-verbatim": 32}
+OUR_BUDGET = {"header": 200, "feature-completion-verbatim": 32}
 
 
 def peer_budget(setting: str, test: str) -> int | None:
