@@ -60,6 +60,7 @@ fn model(id: &str, label: &str, release: &str, cutoff: &str) -> ModelRow {
         },
         release_date: Some(release.to_string()),
         training_cutoff: Some(cutoff.to_string()),
+        step: None,
         updated_at: None,
     }
 }

@@ -629,6 +629,7 @@ fn models_datasets_runs_and_failures_round_trip() {
         identity: identity("gpt-4o"),
         release_date: Some("2024-08-06".into()),
         training_cutoff: Some("2023-10".into()),
+        step: Some(1200),
         updated_at: None,
     };
     store.upsert_model(&gpt).unwrap();
@@ -639,6 +640,7 @@ fn models_datasets_runs_and_failures_round_trip() {
     assert_eq!(models[0].label, "GPT-4o (Aug)");
     assert_eq!(models[0].identity, gpt.identity);
     assert!(models[0].updated_at.is_some());
+    assert_eq!(models[0].step, Some(1200));
 
     let iris = DatasetRow {
         id: "iris".into(),

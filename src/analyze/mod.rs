@@ -11,6 +11,7 @@
 //! byte-identical numbers (DuckDB's parallel floating-point sums need not).
 
 pub mod diff;
+pub mod explorer;
 pub mod paper;
 pub mod stats;
 mod view;
@@ -78,6 +79,8 @@ pub enum AnalyzeError {
     },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error("cannot build the trial explorer: {0}")]
+    Explorer(String),
     #[error("{0:#}")]
     Other(#[from] anyhow::Error),
 }
@@ -148,6 +151,8 @@ pub struct Analytics {
     datasets: Vec<DatasetInfo>,
     /// Cell keys of the trials loaded so far, with their ids.
     trial_cells: HashMap<CellKey, u32>,
+    /// Training steps of checkpoint models, by model id (for the timeline).
+    steps: HashMap<String, u64>,
 }
 
 impl std::fmt::Debug for Analytics {
@@ -186,6 +191,7 @@ impl Analytics {
             conn,
             datasets: Vec::new(),
             trial_cells: HashMap::new(),
+            steps: HashMap::new(),
         };
         analytics.load_datasets(&[])?;
         Ok(analytics)
@@ -195,6 +201,9 @@ impl Analytics {
     pub fn load_models(&mut self, models: &[ModelRow]) -> Result<()> {
         let mut appender = self.conn.appender("models").doing("loading models")?;
         for m in models {
+            if let Some(step) = m.step {
+                self.steps.insert(m.id.clone(), step);
+            }
             appender
                 .append_row(params![
                     m.id,
@@ -403,6 +412,9 @@ impl Analytics {
         timings.lap(PREPARE_SQL.0);
 
         let mut series = self.contamination()?;
+        for s in &mut series {
+            s.step = self.steps.get(&s.key.model).copied();
+        }
         timings.lap(CONTAMINATION_SQL.0);
         let mut accuracy = self.accuracy()?;
         timings.lap(ACCURACY_SQL.0);
@@ -450,6 +462,7 @@ impl Analytics {
             dataset_pass_rates,
             accuracy,
             examples: Vec::new(),
+            explorer: Vec::new(),
         })
     }
 
@@ -497,6 +510,7 @@ impl Analytics {
                     family: r.get("family")?,
                     release_date: r.get("release_date")?,
                     training_cutoff: r.get("training_cutoff")?,
+                    step: None,
                     serialization: r.get("serialization")?,
                     datasets,
                     passed,
@@ -893,6 +907,7 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     analytics.load_trials(trials.iter().map(TrialOutcome::from))?;
     let mut analysis = analytics.analyze(options)?;
     analysis.examples = examples(store, &trials, &analysis)?;
+    analysis.explorer = explorer::explorer_cells(store, &trials, &analysis)?;
     Ok(analysis)
 }
 

@@ -40,6 +40,9 @@ pub struct Analysis {
     /// Model outputs: per series of ours and test, one trial's output (a passed one when
     /// there is one). Imported results have none.
     pub examples: Vec<Example>,
+    /// Every cell of ours with its trials (prompt, output, expected, echo), in Table 2's
+    /// order: the report's trial explorer. Imported results have none.
+    pub explorer: Vec<super::explorer::ExplorerCell>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -77,6 +80,8 @@ pub struct SeriesScores {
     pub family: Option<String>,
     pub release_date: Option<String>,
     pub training_cutoff: Option<String>,
+    /// Training step of a checkpoint (spec key `step`), for the timeline.
+    pub step: Option<u64>,
     /// The template this series' scores come from: the primary one, or, when the series
     /// has no cell under it, the first of its own templates by id (never a mix). Tests 1,
     /// 2, 3 and 6 have no rows: their cells are shared by every template. `None` when the

@@ -272,6 +272,7 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
             identity: plan.identities[index].clone(),
             release_date: model.release_date.clone(),
             training_cutoff: model.training_cutoff.clone(),
+            step: model.step,
             updated_at: None,
         })?;
     }

@@ -76,6 +76,9 @@ pub struct ModelRow {
     pub release_date: Option<String>,
     /// ISO date, as precise as known.
     pub training_cutoff: Option<String>,
+    /// Training step of a checkpoint (spec key `step`); orders the report's timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
     /// Set by the store on write; ignored by [`Store::upsert_model`].
     pub updated_at: Option<String>,
 }
@@ -93,6 +96,7 @@ impl ModelRow {
             },
             release_date: row.get("release_date")?,
             training_cutoff: row.get("training_cutoff")?,
+            step: row.get::<_, Option<i64>>("step")?.map(|s| s as u64),
             updated_at: row.get("updated_at")?,
         })
     }
@@ -208,13 +212,13 @@ impl Store {
         let tx = self.write()?;
         tx.execute(
             &format!(
-                "INSERT INTO models (id, label, family, backend, model, revision, release_date, training_cutoff, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW})
+                "INSERT INTO models (id, label, family, backend, model, revision, release_date, training_cutoff, step, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, {NOW})
                  ON CONFLICT (id) DO UPDATE SET
                    label = excluded.label, family = excluded.family, backend = excluded.backend,
                    model = excluded.model, revision = excluded.revision,
                    release_date = excluded.release_date, training_cutoff = excluded.training_cutoff,
-                   updated_at = excluded.updated_at"
+                   step = excluded.step, updated_at = excluded.updated_at"
             ),
             (
                 &model.id,
@@ -225,6 +229,7 @@ impl Store {
                 &model.identity.revision,
                 &model.release_date,
                 &model.training_cutoff,
+                model.step.map(|s| s as i64),
             ),
         )
         .at(&path)?;
