@@ -76,6 +76,29 @@ fn detected(model: &str, dataset: &str, test: TestId, serialization: Option<&str
     n <= 3 || (n == 4 && serialization == Some("the-is")) || (dataset == "iris" && n == 8)
 }
 
+/// What the synthetic trials expect: the dataset's id for recognition, a hostile row for
+/// the completion tests, a Yes/No answer otherwise.
+fn expected_of(test: TestId, dataset: &str) -> Expected {
+    match test {
+        TestId::RecognitionFeatures | TestId::RecognitionExamples => Expected::Names {
+            names: vec![dataset.to_string()],
+        },
+        TestId::IncompleteCompletion | TestId::FullCompletion | TestId::FeatureCompletion => {
+            Expected::Row {
+                fields: vec![
+                    ("sepal".into(), tabcontam::decide::Cell::Text("5.1".into())),
+                    ("class".into(), tabcontam::decide::Cell::Text(SCRIPT.into())),
+                ],
+                scope: tabcontam::decide::Alg2Scope::FirstLine,
+            }
+        }
+        _ => Expected::Choice {
+            choices: vec!["Yes".into(), "No".into()],
+            correct: 0,
+        },
+    }
+}
+
 /// A cache with two models of one family, three datasets and every test.
 fn build_cache(path: &Path) {
     let mut store = Store::open(path).unwrap();
@@ -145,8 +168,20 @@ fn build_cache(path: &Path) {
                             },
                             sample: 0,
                         };
+                        // Test 3 of the evil model names the dataset its prompt already
+                        // names (an echo); test 8 writes a row to diff against the truth.
+                        let text = match test {
+                            TestId::RecognitionFeatures => {
+                                format!("{} it is {dataset}", evil_output(requests.len()))
+                            }
+                            TestId::FullCompletion => format!(
+                                "The sepal is 5.2, The class is {SCRIPT}\n{}",
+                                evil_output(requests.len())
+                            ),
+                            _ => evil_output(requests.len()),
+                        };
                         let response = Response {
-                            text: evil_output(requests.len()),
+                            text,
                             finish_reason: Some("stop".into()),
                             prompt_tokens: Some(10),
                             completion_tokens: Some(10),
@@ -162,10 +197,7 @@ fn build_cache(path: &Path) {
                             trial,
                             request_key: request.key(),
                             note: None,
-                            expected: Expected::Choice {
-                                choices: vec!["Yes".into(), "No".into()],
-                                correct: 0,
-                            },
+                            expected: expected_of(test, dataset),
                             verdict,
                             run_id: None,
                         });
@@ -557,5 +589,231 @@ fn report_without_cache_says_what_to_do() {
     assert!(
         stderr.contains("missing.sqlite") && stderr.contains("import-results"),
         "{stderr}"
+    );
+}
+
+/// The explorer cell of `model` on `dataset` for `test` (first template).
+fn explorer_cell<'a>(
+    a: &'a Analysis,
+    model: &str,
+    dataset: &str,
+    test: TestId,
+) -> &'a tabcontam::analyze::explorer::ExplorerCell {
+    a.explorer
+        .iter()
+        .find(|c| c.key.model == model && c.dataset == dataset && c.test == test)
+        .unwrap_or_else(|| panic!("no explorer cell {model} {dataset} {test}"))
+}
+
+#[test]
+fn trial_explorer_shows_every_trial_with_expected_words_echoes_and_diffs() {
+    let (_tmp, _cache, a) = synthetic();
+    // Every cell of ours: the evil model has test 4 under two templates.
+    assert_eq!(a.explorer.len(), 3 * 13 + 3 * 12);
+    assert_eq!(a.explorer[0].key.model, EVIL_ID, "Table 2's order");
+    // Membership: 20 trials, the first 10 shown.
+    let membership = explorer_cell(&a, EVIL_ID, "iris", TestId::Membership);
+    assert_eq!((membership.total_trials, membership.trials.len()), (20, 10));
+    assert_eq!(membership.passed_trials, 14);
+    let trial = &membership.trials[3];
+    assert_eq!(trial.prompt, r#"iris membership Some("the-is") 3"#);
+    assert!(trial.output.contains(SCRIPT));
+    assert_eq!(trial.expected, vec!["Yes".to_string()]);
+    // Recognition whose output names the dataset its prompt already names: an echo (the
+    // old model did not pass, so its trial is no echo).
+    let echoed = explorer_cell(&a, EVIL_ID, "iris", TestId::RecognitionFeatures);
+    assert!(echoed.trials[0].passed && echoed.trials[0].echo);
+    assert_eq!(echoed.echo_trials, 1);
+    let old = explorer_cell(&a, OLD_ID, "iris", TestId::RecognitionFeatures);
+    assert!(!old.trials[0].echo);
+    // A completion: the true row in the cell's template and the judged first line.
+    let completion = explorer_cell(&a, EVIL_ID, "iris", TestId::FullCompletion);
+    let t = &completion.trials[0];
+    assert_eq!(
+        t.truth.as_deref(),
+        Some(format!("The sepal is 5.1, The class is {SCRIPT}").as_str())
+    );
+    assert_eq!(
+        t.judged.as_deref(),
+        Some(format!("The sepal is 5.2, The class is {SCRIPT}").as_str())
+    );
+
+    let html = rendered(&a, "report.html");
+    let explorer = &html[html.find(r#"<h2 id="explorer">"#).unwrap()..];
+    // Anchors: series 1 (evil), dataset 1 (iris), test 3; heatmap squares, Table 2 and
+    // the accuracy tables link to them.
+    assert!(explorer.contains(r#"<details class="cell" id="trials-1-1-3">"#));
+    assert!(html.contains(r##"<a href="#trials-1-1-3"><rect"##), "heatmap link");
+    assert!(html.contains(r##"<a href="#explorer-1">"##), "Table 2 link");
+    assert!(html.contains(r##"<a href="#trials-1-1-10">"##), "accuracy table link");
+    assert!(explorer.contains("first 10 of 20 shown"));
+    assert!(explorer.contains(r#"<span class="badge">echo</span>"#));
+    assert!(explorer.contains("<mark>iris</mark>"), "expected words highlighted");
+    // The diff marks 1 as missing and 2 as extra; the hostile value is text inside it.
+    assert!(explorer.contains(r#"<span class="missing">1</span><span class="extra">2</span>"#));
+    assert!(explorer.contains(&format!(
+        r#"<span class="same">, The class is {}</span>"#,
+        escaped_html(SCRIPT)
+    )));
+    assert!(!explorer.to_lowercase().contains("<script"));
+    assert!(!explorer.contains("<img"));
+    assert!(explorer.contains(&escaped_html(IMG)));
+    assert!(explorer.contains(&escaped_html(EVIL_DATASET)), "prompts escaped");
+    // The explorer is HTML only: LaTeX stays a paper.
+    assert!(!rendered(&a, "report.tex").contains("Trial explorer"));
+}
+
+#[test]
+fn timelines_per_family_in_html_and_latex_by_date_or_step() {
+    let (tmp, cache, a) = synthetic();
+    let html = rendered(&a, "report.html");
+    let timelines = &html[html.find(r#"<h2 id="timelines">"#).unwrap()..];
+    assert!(timelines.contains(r#"<figure class="timeline" id="timeline-1"><svg"#));
+    assert!(timelines.contains("fam against release date"));
+    assert!(timelines.contains("Old model (2023-01)"));
+    let files = report::render(&a, &[Format::Latex], &Default::default()).unwrap();
+    let tikz = &files
+        .iter()
+        .find(|f| f.name == "timeline-fam.tex")
+        .expect("one pgfplots snippet per family")
+        .contents;
+    assert!(tikz.contains(r"\begin{axis}") && tikz.contains(r"\addlegendentry{Contamination}"));
+    // Release dates 2023-01 and 2024-03; contamination 1/27 and 13/27.
+    assert!(tikz.contains("(2023.0000,0.0370) (2024.1667,0.4815)"), "{tikz}");
+    assert!(!tikz.contains(INPUT), "labels escaped");
+    assert!(rendered(&a, "report.tex").contains(r"\begin{axis}"));
+
+    // Checkpoints: with a step on every version the family is drawn against steps.
+    {
+        let mut store = Store::open(&cache).unwrap();
+        for (id, step) in [(EVIL_ID, 2000), (OLD_ID, 500)] {
+            let mut row = store
+                .models()
+                .unwrap()
+                .into_iter()
+                .find(|m| m.id == id)
+                .unwrap();
+            row.step = Some(step);
+            store.upsert_model(&row).unwrap();
+        }
+    }
+    let store = Store::open_read_only(&cache).unwrap();
+    let stepped = analyze_store(&store, &Options::default()).unwrap();
+    let html = rendered(&stepped, "report.html");
+    assert!(html.contains("fam against training step: Old model (step 500)"));
+    let files = report::render(&stepped, &[Format::Latex], &Default::default()).unwrap();
+    let tikz = &files.iter().find(|f| f.name == "timeline-fam.tex").unwrap().contents;
+    assert!(tikz.contains("(500.0000,0.0370) (2000.0000,0.4815)"), "{tikz}");
+    drop(tmp);
+}
+
+/// Chromium's command line for a headless, offline, throw-away profile.
+fn headless(chromium: &Path, profile: &Path) -> Command {
+    let mut command = Command::new(chromium);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()));
+    command
+}
+
+/// `(width, height)` from a PNG's IHDR chunk.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && &png[12..16] == b"IHDR", "not a PNG");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&png[16..20]), be(&png[20..24]))
+}
+
+/// Issue 12, must show #4: headless Chromium renders the trial explorer and the timeline.
+/// The DOM after load holds the trials (prompt, highlighted output, echo, diff) and the
+/// timeline's SVG; a screenshot of the two sections (the explorer's cells opened) is a
+/// real picture, much larger than one of an empty page. The PNG is kept in the test's
+/// target tmp folder (`explorer-timeline.png`) for a human look.
+#[test]
+fn chromium_renders_the_trial_explorer_and_the_timeline() {
+    let Some(chromium) = tool(&["chromium", "chromium-browser", "google-chrome"]) else {
+        return;
+    };
+    let (tmp, _cache, a) = synthetic();
+    let dir = tmp.path().join("out");
+    write_report(&dir, &a);
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+
+    let output = headless(&chromium, &tmp.path().join("profile-dom"))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", dir.join("report.html").display()))
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let dom = String::from_utf8_lossy(&output.stdout);
+    let explorer = &dom[dom.find(r#"id="explorer""#).expect("explorer in the DOM")..];
+    assert_eq!(explorer.matches(r#"<details class="cell""#).count(), 75);
+    assert!(
+        explorer.contains(r#"iris membership Some("the-is") 3"#),
+        "a prompt"
+    );
+    assert!(explorer.contains("<mark>iris</mark>"));
+    assert!(explorer.contains(r#"<span class="badge">echo</span>"#));
+    assert!(explorer.contains(r#"<span class="missing">1</span>"#));
+    assert!(explorer.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(!dom.to_lowercase().contains("<script"));
+    let timeline = &dom[dom.find(r#"id="timeline-1""#).expect("timeline in the DOM")..];
+    assert!(timeline.trim_start_matches(r#"id="timeline-1">"#).starts_with("<svg"));
+    assert!(timeline.contains("Release date") && timeline.contains("Contamination"));
+
+    // The two sections alone, with the page's styles and the first cells opened.
+    let head = &html[..html.find("<main>").unwrap() + "<main>".len()];
+    let section = |from: &str, to: &str| {
+        let start = html.find(from).unwrap();
+        let end = start + html[start..].find(to).unwrap();
+        html[start..end].to_string()
+    };
+    let timelines = section(r#"<h2 id="timelines">"#, r#"<h2 id="serialization">"#);
+    let cells = section(r#"<h2 id="explorer">"#, r#"<details class="cell" id="trials-1-1-4">"#)
+        .replace(r#"<details class="cell""#, r#"<details open class="cell""#)
+        .replace("<details><summary>Prompt", "<details open><summary>Prompt");
+    let page = format!("{head}{timelines}{cells}</main></body></html>");
+    let shot_page = dir.join("shot.html");
+    std::fs::write(&shot_page, page).unwrap();
+    std::fs::write(dir.join("empty.html"), "<!DOCTYPE html><title>empty</title>").unwrap();
+    let screenshot = |name: &str, png: &Path| {
+        let output = headless(&chromium, &tmp.path().join(format!("profile-{name}")))
+            .arg(format!("--screenshot={}", png.display()))
+            .arg("--window-size=1200,2400")
+            .arg(format!("file://{}", dir.join(name).display()))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::read(png).unwrap()
+    };
+    let shot = screenshot("shot.html", &tmp.path().join("shot.png"));
+    let empty = screenshot("empty.html", &tmp.path().join("empty.png"));
+    assert_eq!(png_size(&shot), (1200, 2400));
+    assert!(
+        shot.len() > 20_000 && shot.len() > 5 * empty.len(),
+        "a real picture: {} bytes against {} for an empty page",
+        shot.len(),
+        empty.len()
+    );
+    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("explorer-timeline.png");
+    std::fs::write(&keep, &shot).unwrap();
+    eprintln!(
+        "screenshot: {} ({} bytes; empty page {} bytes)",
+        keep.display(),
+        shot.len(),
+        empty.len()
     );
 }

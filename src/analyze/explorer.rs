@@ -154,12 +154,13 @@ pub fn char_diff(truth: &str, output: &str) -> Option<Vec<DiffPiece>> {
             push(DiffPiece::Same(a[i].to_string()));
             i += 1;
             j += 1;
-        } else if j < m && (i == n || lcs[at(i, j + 1)] >= lcs[at(i + 1, j)]) {
-            push(DiffPiece::Extra(b[j].to_string()));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || lcs[at(i + 1, j)] >= lcs[at(i, j + 1)]) {
+            // What the truth had first, then what the output wrote instead.
             push(DiffPiece::Missing(a[i].to_string()));
             i += 1;
+        } else {
+            push(DiffPiece::Extra(b[j].to_string()));
+            j += 1;
         }
     }
     Some(pieces)
@@ -332,7 +333,7 @@ mod tests {
     #[test]
     fn char_diff_marks_missing_and_extra_characters() {
         let pieces = char_diff("The age is 39", "The age is 38").unwrap();
-        assert_eq!(render(&pieces), "The age is 3[+8][-9]");
+        assert_eq!(render(&pieces), "The age is 3[-9][+8]");
         let same = char_diff("abc", "abc").unwrap();
         assert_eq!(same, vec![DiffPiece::Same("abc".into())]);
         assert_eq!(render(&char_diff("", "xy").unwrap()), "[+xy]");

@@ -11,9 +11,11 @@
 //! (askama's HTML escaper; [`tex::Tex`] for `.tex`), plotters escapes SVG text, CSV quotes.
 
 mod csv;
+pub mod explorer;
 mod page;
 pub mod svg;
 pub mod tex;
+pub mod timeline;
 
 use std::path::Path;
 
