@@ -778,7 +778,7 @@ fn chromium_renders_the_trial_explorer_and_the_timeline() {
         html[start..end].to_string()
     };
     let timelines = section(r#"<h2 id="timelines">"#, r#"<h2 id="serialization">"#);
-    let cells = section(r#"<h2 id="explorer">"#, r#"<details class="cell" id="trials-1-1-4">"#)
+    let cells = section(r#"<h2 id="explorer">"#, r#"<details class="cell" id="trials-1-1-10">"#)
         .replace(r#"<details class="cell""#, r#"<details open class="cell""#)
         .replace("<details><summary>Prompt", "<details open><summary>Prompt");
     let page = format!("{head}{timelines}{cells}</main></body></html>");
@@ -788,7 +788,7 @@ fn chromium_renders_the_trial_explorer_and_the_timeline() {
     let screenshot = |name: &str, png: &Path| {
         let output = headless(&chromium, &tmp.path().join(format!("profile-{name}")))
             .arg(format!("--screenshot={}", png.display()))
-            .arg("--window-size=1200,2400")
+            .arg("--window-size=1200,4000")
             .arg(format!("file://{}", dir.join(name).display()))
             .output()
             .unwrap();
@@ -801,7 +801,7 @@ fn chromium_renders_the_trial_explorer_and_the_timeline() {
     };
     let shot = screenshot("shot.html", &tmp.path().join("shot.png"));
     let empty = screenshot("empty.html", &tmp.path().join("empty.png"));
-    assert_eq!(png_size(&shot), (1200, 2400));
+    assert_eq!(png_size(&shot), (1200, 4000));
     assert!(
         shot.len() > 20_000 && shot.len() > 5 * empty.len(),
         "a real picture: {} bytes against {} for an empty page",
