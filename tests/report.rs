@@ -611,9 +611,9 @@ fn trial_explorer_shows_every_trial_with_expected_words_echoes_and_diffs() {
     // Every cell of ours: the evil model has test 4 under two templates.
     assert_eq!(a.explorer.len(), 3 * 13 + 3 * 12);
     assert_eq!(a.explorer[0].key.model, EVIL_ID, "Table 2's order");
-    // Membership: 20 trials, the first 10 shown.
+    // Membership: 20 trials, the first 5 shown.
     let membership = explorer_cell(&a, EVIL_ID, "iris", TestId::Membership);
-    assert_eq!((membership.total_trials, membership.trials.len()), (20, 10));
+    assert_eq!((membership.total_trials, membership.trials.len()), (20, 5));
     assert_eq!(membership.passed_trials, 14);
     let trial = &membership.trials[3];
     assert_eq!(trial.prompt, r#"iris membership Some("the-is") 3"#);
@@ -646,7 +646,7 @@ fn trial_explorer_shows_every_trial_with_expected_words_echoes_and_diffs() {
     assert!(html.contains(r##"<a href="#trials-1-1-3"><rect"##), "heatmap link");
     assert!(html.contains(r##"<a href="#explorer-1">"##), "Table 2 link");
     assert!(html.contains(r##"<a href="#trials-1-1-10">"##), "accuracy table link");
-    assert!(explorer.contains("first 10 of 20 shown"));
+    assert!(explorer.contains("first 5 of 20 shown"));
     assert!(explorer.contains(r#"<span class="badge">echo</span>"#));
     assert!(explorer.contains("<mark>iris</mark>"), "expected words highlighted");
     // The diff marks 1 as missing and 2 as extra; the hostile value is text inside it.
@@ -815,5 +815,227 @@ fn chromium_renders_the_trial_explorer_and_the_timeline() {
         keep.display(),
         shot.len(),
         empty.len()
+    );
+}
+
+/// The paper's nine datasets, as `experiments/paper.toml` lists them.
+const PAPER_DATASETS: [&str; 9] = [
+    "adult",
+    "bank",
+    "german",
+    "housing",
+    "iris",
+    "wine",
+    "titanic",
+    "spaceship-titanic",
+    "thyroid",
+];
+
+/// The single-file size for the paper grid: the paper's 16 models (ids from its published
+/// results, also imported beside them as `paper-…`) × nine datasets × twelve tests under
+/// the default template, every prompt built from the paper's files, every answer a real
+/// output of the parity records for its kind of test (tests 10–12: short answers), judged
+/// by the real rules. Prints the sizes; with the default 5 trials per cell the page must
+/// stay under 12 MB.
+#[test]
+fn paper_grid_report_size() {
+    use tabcontam::dataset::Serialization;
+    use tabcontam::dataset::catalog::Catalog;
+    use tabcontam::decide::{Alg1Profile, Dictionary};
+    use tabcontam::probe::{ProbeContext, PromptPack, Variant, build, judge};
+
+    let shared = skip::shared_dir();
+    let Some(data) = skip::require(
+        shared.join("datasets/paper"),
+        |d| d.join("thyroid_diff.csv").is_file() && shared.join("parity/algorithm2.jsonl").is_file(),
+        "the paper's files or parity records are not there (../shared beside the checkout)",
+    ) else {
+        return;
+    };
+    let records = |file: &str| -> Vec<(String, String)> {
+        std::fs::read_to_string(shared.join("parity").join(file))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["test"].as_str().unwrap().to_string(),
+                    v["output"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let mut outputs = records("algorithm1.jsonl");
+    outputs.extend(records("algorithm2.jsonl"));
+    let output_for = |test: TestId, n: usize| -> String {
+        let kind = match test.number() {
+            1 | 2 => "FEATURES",
+            3 | 4 => "RECOGNITION",
+            5 | 6 => "VALUES",
+            7 => "INCOMPLETE",
+            8 => "FULL",
+            9 => "FEATURE COMPLETION",
+            _ => return ["Yes", "No", "Answer: 1", "The answer is no."][n % 4].to_string(),
+        };
+        let pool: Vec<&String> = outputs
+            .iter()
+            .filter(|(t, _)| t.contains(kind))
+            .map(|(_, o)| o)
+            .collect();
+        if pool.is_empty() {
+            return outputs[n % outputs.len()].1.clone();
+        }
+        pool[n % pool.len()].clone()
+    };
+
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache.sqlite");
+    let results_dir = shared.join("parity/paper-results");
+    let paper = tabcontam::analyze::paper::read_paper_results(&results_dir, "paper-").unwrap();
+    let own = tabcontam::analyze::paper::read_paper_results(&results_dir, "").unwrap();
+    let mut store = Store::open(&cache).unwrap();
+    for m in &paper.models {
+        store.upsert_model(m).unwrap();
+    }
+    store.import_cells(&paper.cells).unwrap();
+    let catalog = Catalog::open(Some(&data)).unwrap();
+    let serialization = Serialization::builtin("the-is").unwrap();
+    let pack = PromptPack::builtin();
+    let dictionary = Dictionary::shipped().unwrap();
+    let run = store.begin_run("paper-grid", "# synthetic").unwrap();
+    let mut n = 0usize;
+    let mut trial_count = 0usize;
+    for dataset_id in PAPER_DATASETS {
+        let dataset = catalog.load(dataset_id).unwrap();
+        store
+            .upsert_dataset(&DatasetRow {
+                id: dataset.id.clone(),
+                name: dataset.id.clone(),
+                variant: None,
+                checksum: "0".into(),
+                updated_at: None,
+            })
+            .unwrap();
+        let ctx = ProbeContext {
+            dataset: &dataset,
+            serialization: &serialization,
+            seed: 0,
+            pack: &pack,
+            variant: Variant::Paper,
+        };
+        let probes: Vec<_> = TestId::ALL
+            .iter()
+            .map(|&t| (t, build(t, &ctx).unwrap()))
+            .collect();
+        for model in &own.models {
+            let mut requests = Vec::new();
+            let mut trials = Vec::new();
+            let mut cells = Vec::new();
+            for (test, probe) in &probes {
+                let mut verdicts = Vec::new();
+                for prompt in &probe.prompts {
+                    n += 1;
+                    let text = output_for(*test, n);
+                    let request = Request {
+                        model: model.identity.clone(),
+                        api: ApiMode::Chat,
+                        prompt: prompt.text.clone(),
+                        params: GenerationParams {
+                            max_tokens: prompt.max_tokens,
+                            temperature: 0.0,
+                            top_p: None,
+                            seed: Some(0),
+                            stop: vec![],
+                        },
+                        sample: 0,
+                    };
+                    let verdict = judge(&prompt.expected, &text, &dictionary, Alg1Profile::Hunspell);
+                    trials.push(TrialRow {
+                        model: model.id.clone(),
+                        dataset: dataset.id.clone(),
+                        test: *test,
+                        serialization: prompt.serialization.clone(),
+                        seed: 0,
+                        sample: 0,
+                        trial: prompt.trial,
+                        request_key: request.key(),
+                        note: prompt.note.clone(),
+                        expected: prompt.expected.clone(),
+                        verdict,
+                        run_id: None,
+                    });
+                    verdicts.push(verdict);
+                    requests.push((
+                        request,
+                        Response {
+                            text,
+                            finish_reason: Some("stop".into()),
+                            prompt_tokens: None,
+                            completion_tokens: None,
+                            latency_ms: 1,
+                        },
+                    ));
+                }
+                let result = aggregate(*test, &verdicts);
+                cells.push(CellRow {
+                    source: OWN_SOURCE.to_string(),
+                    model: model.id.clone(),
+                    dataset: dataset.id.clone(),
+                    test: *test,
+                    serialization: test.serializes_rows().then(|| "the-is".to_string()),
+                    seed: 0,
+                    result,
+                    samples: vec![result],
+                    skipped: probe.skipped.clone(),
+                    run_id: None,
+                });
+            }
+            trial_count += trials.len();
+            store
+                .put_responses(requests.iter().map(|(q, r)| (q, r)))
+                .unwrap();
+            store.put_trials(run, &trials).unwrap();
+            store.put_cells(run, &cells).unwrap();
+            store.upsert_model(model).unwrap();
+        }
+    }
+    drop(store);
+    let store = Store::open_read_only(&cache).unwrap();
+    let analysis = analyze_store(&store, &Options::default()).unwrap();
+    let html = rendered(&analysis, "report.html");
+    let explorer = html.len() - html.find(r#"<h2 id="explorer">"#).unwrap();
+    // Kept for a look in a browser.
+    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("paper-grid-report.html");
+    std::fs::write(&keep, &html).unwrap();
+    let shown: usize = analysis.explorer.iter().map(|c| c.trials.len()).sum();
+    let echoes: usize = analysis.explorer.iter().map(|c| c.echo_trials).sum();
+    eprintln!(
+        "paper grid: {} series ({} ours), {} cells with trials, {trial_count} trials ({shown} shown, {echoes} echoes); report.html {:.1} MB, of which the trial explorer {:.1} MB",
+        analysis.series.len(),
+        own.models.len(),
+        analysis.explorer.len(),
+        html.len() as f64 / 1e6,
+        explorer as f64 / 1e6
+    );
+    assert_eq!(own.models.len(), 16);
+    // Every cell with trials (wine has no categorical feature for tests 5–6).
+    assert_eq!(analysis.explorer.len(), 16 * 9 * 12 - 16 * 2);
+    assert!(html.len() < 12_000_000, "report.html is {} bytes", html.len());
+    assert!(analysis.explorer.iter().all(|c| c.trials.len() <= 5));
+
+    // Without the explorer (`report --explorer-trials 0`) the page is the tables and figures.
+    let bare = analyze_store(
+        &store,
+        &Options {
+            explorer_trials: 0,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(bare.explorer.is_empty());
+    let bare_html = rendered(&bare, "report.html");
+    eprintln!(
+        "paper grid without the explorer: report.html {:.1} MB",
+        bare_html.len() as f64 / 1e6
     );
 }

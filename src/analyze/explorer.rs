@@ -4,8 +4,10 @@
 //! are untrusted and escaped by the renderers.
 //!
 //! Cells of the membership and classification tests have a hundred trials each: at most
-//! [`MAX_TRIALS_SHOWN`] per cell are kept (the first by sample and trial), and the cell
-//! says how many it has, so the single-file report stays small for the paper grid.
+//! `max_shown` per cell are kept ([`DEFAULT_TRIALS_SHOWN`] unless `report --explorer-trials`
+//! says otherwise; the first by sample and trial), and the cell says how many it has, so
+//! the single-file report stays reasonable for the paper grid (16 models × 9 datasets × 12
+//! tests: 8 MB with 5, see `tests/report.rs::paper_grid_report_size`).
 
 use std::collections::HashMap;
 
@@ -19,8 +21,9 @@ use crate::probe::echo::is_echo;
 use crate::probe::{Expected, TestId};
 use crate::store::{OWN_SOURCE, Store, TrialRow};
 
-/// Trials shown per cell (tests 1–9 have at most five per sample; tests 10–12 a hundred).
-pub const MAX_TRIALS_SHOWN: usize = 10;
+/// Trials shown per cell by default: every trial of tests 1–9 (at most five per sample),
+/// the first five of the hundred of tests 10–12.
+pub const DEFAULT_TRIALS_SHOWN: usize = 5;
 
 /// A character diff is computed only when both texts are at most this long (the table is
 /// quadratic; rows of the paper's datasets are a few hundred characters).
@@ -172,6 +175,7 @@ pub fn explorer_cells(
     store: &Store,
     trials: &[TrialRow],
     analysis: &Analysis,
+    max_shown: usize,
 ) -> Result<Vec<ExplorerCell>> {
     type Key<'a> = (&'a str, &'a str, TestId, Option<&'a str>, u64);
     let mut by_cell: HashMap<Key<'_>, Vec<&TrialRow>> = HashMap::new();
@@ -223,7 +227,7 @@ pub fn explorer_cells(
     }
     let wanted: Vec<_> = shown
         .iter()
-        .flat_map(|(_, t, _)| t.iter().take(MAX_TRIALS_SHOWN).map(|t| t.request_key))
+        .flat_map(|(_, t, _)| t.iter().take(max_shown).map(|t| t.request_key))
         .collect();
     let outputs = store.responses(&wanted)?;
     let prompts = store.prompts_of(&wanted)?;
@@ -267,7 +271,7 @@ pub fn explorer_cells(
                 _ => false,
             };
             echo_trials += usize::from(echo);
-            if index >= MAX_TRIALS_SHOWN {
+            if index >= max_shown {
                 continue;
             }
             let output = output.unwrap_or_default().to_string();

@@ -106,12 +106,15 @@ impl<T> Doing<T> for duckdb::Result<T> {
 pub struct Options {
     /// The template whose cells the scores use (other templates feed the serialization study).
     pub primary_serialization: String,
+    /// Trials kept per cell for the report's trial explorer (0: no explorer).
+    pub explorer_trials: usize,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             primary_serialization: DEFAULT_SERIALIZATION.to_string(),
+            explorer_trials: explorer::DEFAULT_TRIALS_SHOWN,
         }
     }
 }
@@ -463,6 +466,7 @@ impl Analytics {
             accuracy,
             examples: Vec::new(),
             explorer: Vec::new(),
+            explorer_trials: options.explorer_trials,
         })
     }
 
@@ -907,7 +911,11 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     analytics.load_trials(trials.iter().map(TrialOutcome::from))?;
     let mut analysis = analytics.analyze(options)?;
     analysis.examples = examples(store, &trials, &analysis)?;
-    analysis.explorer = explorer::explorer_cells(store, &trials, &analysis)?;
+    if options.explorer_trials > 0 {
+        analysis.explorer =
+            explorer::explorer_cells(store, &trials, &analysis, options.explorer_trials)?;
+    }
+    analysis.explorer_trials = options.explorer_trials;
     Ok(analysis)
 }
 

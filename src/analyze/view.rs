@@ -43,6 +43,8 @@ pub struct Analysis {
     /// Every cell of ours with its trials (prompt, output, expected, echo), in Table 2's
     /// order: the report's trial explorer. Imported results have none.
     pub explorer: Vec<super::explorer::ExplorerCell>,
+    /// The most trials `explorer` keeps per cell (0: no explorer).
+    pub explorer_trials: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -27,6 +27,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
                 .serialization
                 .clone()
                 .unwrap_or_else(|| DEFAULT_SERIALIZATION.to_string()),
+            explorer_trials: args.explorer_trials,
         },
     )
     .with_context(|| format!("analyzing {}", cache.display()))?;

@@ -314,7 +314,7 @@ impl Page {
         }
         Page {
             explorer,
-            explorer_trials_cap: crate::analyze::explorer::MAX_TRIALS_SHOWN,
+            explorer_trials_cap: analysis.explorer_trials,
             timelines: timelines(analysis),
             timestamp: options.timestamp.clone(),
             sampled: analysis.series.iter().any(|s| s.samples > 1),
