@@ -267,14 +267,30 @@ fn diff_of_two_runs_compares_the_cells_each_run_holds() {
     ));
     let by_models = json_of(&tabcontam(
         dir.path(),
-        &["diff", "echo", "iris-expert", "--cache", cache_arg, "--json"],
+        &[
+            "diff",
+            "echo",
+            "iris-expert",
+            "--cache",
+            cache_arg,
+            "--json",
+        ],
     ));
     assert_eq!(by_runs["matched_by"], "cell-across-models");
-    assert_eq!((by_runs["a"].as_str(), by_runs["b"].as_str()), (Some("run 3"), Some("run 2")));
-    for key in ["compared", "passed_a", "passed_b", "gained", "lost", "accuracy"] {
+    assert_eq!(
+        (by_runs["a"].as_str(), by_runs["b"].as_str()),
+        (Some("run 3"), Some("run 2"))
+    );
+    for key in [
+        "compared", "passed_a", "passed_b", "gained", "lost", "accuracy",
+    ] {
         assert_eq!(by_runs[key], by_models[key], "{key}: {by_runs:#}");
     }
-    assert_eq!(by_runs["gained"].as_array().unwrap().len(), 2, "{by_runs:#}");
+    assert_eq!(
+        by_runs["gained"].as_array().unwrap().len(),
+        2,
+        "{by_runs:#}"
+    );
     let cells_of = |model: &str| {
         store
             .cells()

@@ -643,12 +643,21 @@ fn trial_explorer_shows_every_trial_with_expected_words_echoes_and_diffs() {
     // Anchors: series 1 (evil), dataset 1 (iris), test 3; heatmap squares, Table 2 and
     // the accuracy tables link to them.
     assert!(explorer.contains(r#"<details class="cell" id="trials-1-1-3">"#));
-    assert!(html.contains(r##"<a href="#trials-1-1-3"><rect"##), "heatmap link");
+    assert!(
+        html.contains(r##"<a href="#trials-1-1-3"><rect"##),
+        "heatmap link"
+    );
     assert!(html.contains(r##"<a href="#explorer-1">"##), "Table 2 link");
-    assert!(html.contains(r##"<a href="#trials-1-1-10">"##), "accuracy table link");
+    assert!(
+        html.contains(r##"<a href="#trials-1-1-10">"##),
+        "accuracy table link"
+    );
     assert!(explorer.contains("first 5 of 20 shown"));
     assert!(explorer.contains(r#"<span class="badge">echo</span>"#));
-    assert!(explorer.contains("<mark>iris</mark>"), "expected words highlighted");
+    assert!(
+        explorer.contains("<mark>iris</mark>"),
+        "expected words highlighted"
+    );
     // The diff marks 1 as missing and 2 as extra; the hostile value is text inside it.
     assert!(explorer.contains(r#"<span class="missing">1</span><span class="extra">2</span>"#));
     assert!(explorer.contains(&format!(
@@ -658,7 +667,10 @@ fn trial_explorer_shows_every_trial_with_expected_words_echoes_and_diffs() {
     assert!(!explorer.to_lowercase().contains("<script"));
     assert!(!explorer.contains("<img"));
     assert!(explorer.contains(&escaped_html(IMG)));
-    assert!(explorer.contains(&escaped_html(EVIL_DATASET)), "prompts escaped");
+    assert!(
+        explorer.contains(&escaped_html(EVIL_DATASET)),
+        "prompts escaped"
+    );
     // The explorer is HTML only: LaTeX stays a paper.
     assert!(!rendered(&a, "report.tex").contains("Trial explorer"));
 }
@@ -679,7 +691,10 @@ fn timelines_per_family_in_html_and_latex_by_date_or_step() {
         .contents;
     assert!(tikz.contains(r"\begin{axis}") && tikz.contains(r"\addlegendentry{Contamination}"));
     // Release dates 2023-01 and 2024-03; contamination 1/27 and 13/27.
-    assert!(tikz.contains("(2023.0000,0.0370) (2024.1667,0.4815)"), "{tikz}");
+    assert!(
+        tikz.contains("(2023.0000,0.0370) (2024.1667,0.4815)"),
+        "{tikz}"
+    );
     assert!(!tikz.contains(INPUT), "labels escaped");
     assert!(rendered(&a, "report.tex").contains(r"\begin{axis}"));
 
@@ -702,8 +717,15 @@ fn timelines_per_family_in_html_and_latex_by_date_or_step() {
     let html = rendered(&stepped, "report.html");
     assert!(html.contains("fam against training step: Old model (step 500)"));
     let files = report::render(&stepped, &[Format::Latex], &Default::default()).unwrap();
-    let tikz = &files.iter().find(|f| f.name == "timeline-fam.tex").unwrap().contents;
-    assert!(tikz.contains("(500.0000,0.0370) (2000.0000,0.4815)"), "{tikz}");
+    let tikz = &files
+        .iter()
+        .find(|f| f.name == "timeline-fam.tex")
+        .unwrap()
+        .contents;
+    assert!(
+        tikz.contains("(500.0000,0.0370) (2000.0000,0.4815)"),
+        "{tikz}"
+    );
     drop(tmp);
 }
 
@@ -728,7 +750,10 @@ fn headless(chromium: &Path, profile: &Path) -> Command {
 
 /// `(width, height)` from a PNG's IHDR chunk.
 fn png_size(png: &[u8]) -> (u32, u32) {
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && &png[12..16] == b"IHDR", "not a PNG");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && &png[12..16] == b"IHDR",
+        "not a PNG"
+    );
     let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     (be(&png[16..20]), be(&png[20..24]))
 }
@@ -767,7 +792,11 @@ fn chromium_renders_the_trial_explorer_and_the_timeline() {
     assert!(explorer.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(!dom.to_lowercase().contains("<script"));
     let timeline = &dom[dom.find(r#"id="timeline-1""#).expect("timeline in the DOM")..];
-    assert!(timeline.trim_start_matches(r#"id="timeline-1">"#).starts_with("<svg"));
+    assert!(
+        timeline
+            .trim_start_matches(r#"id="timeline-1">"#)
+            .starts_with("<svg")
+    );
     assert!(timeline.contains("Release date") && timeline.contains("Contamination"));
 
     // The two sections alone, with the page's styles and the first cells opened.
@@ -778,13 +807,20 @@ fn chromium_renders_the_trial_explorer_and_the_timeline() {
         html[start..end].to_string()
     };
     let timelines = section(r#"<h2 id="timelines">"#, r#"<h2 id="serialization">"#);
-    let cells = section(r#"<h2 id="explorer">"#, r#"<details class="cell" id="trials-1-1-10">"#)
-        .replace(r#"<details class="cell""#, r#"<details open class="cell""#)
-        .replace("<details><summary>Prompt", "<details open><summary>Prompt");
+    let cells = section(
+        r#"<h2 id="explorer">"#,
+        r#"<details class="cell" id="trials-1-1-10">"#,
+    )
+    .replace(r#"<details class="cell""#, r#"<details open class="cell""#)
+    .replace("<details><summary>Prompt", "<details open><summary>Prompt");
     let page = format!("{head}{timelines}{cells}</main></body></html>");
     let shot_page = dir.join("shot.html");
     std::fs::write(&shot_page, page).unwrap();
-    std::fs::write(dir.join("empty.html"), "<!DOCTYPE html><title>empty</title>").unwrap();
+    std::fs::write(
+        dir.join("empty.html"),
+        "<!DOCTYPE html><title>empty</title>",
+    )
+    .unwrap();
     let screenshot = |name: &str, png: &Path| {
         let output = headless(&chromium, &tmp.path().join(format!("profile-{name}")))
             .arg(format!("--screenshot={}", png.display()))
@@ -847,7 +883,9 @@ fn paper_grid_report_size() {
     let shared = skip::shared_dir();
     let Some(data) = skip::require(
         shared.join("datasets/paper"),
-        |d| d.join("thyroid_diff.csv").is_file() && shared.join("parity/algorithm2.jsonl").is_file(),
+        |d| {
+            d.join("thyroid_diff.csv").is_file() && shared.join("parity/algorithm2.jsonl").is_file()
+        },
         "the paper's files or parity records are not there (../shared beside the checkout)",
     ) else {
         return;
@@ -949,7 +987,8 @@ fn paper_grid_report_size() {
                         },
                         sample: 0,
                     };
-                    let verdict = judge(&prompt.expected, &text, &dictionary, Alg1Profile::Hunspell);
+                    let verdict =
+                        judge(&prompt.expected, &text, &dictionary, Alg1Profile::Hunspell);
                     trials.push(TrialRow {
                         model: model.id.clone(),
                         dataset: dataset.id.clone(),
@@ -1020,7 +1059,11 @@ fn paper_grid_report_size() {
     assert_eq!(own.models.len(), 16);
     // Every cell with trials (wine has no categorical feature for tests 5–6).
     assert_eq!(analysis.explorer.len(), 16 * 9 * 12 - 16 * 2);
-    assert!(html.len() < 12_000_000, "report.html is {} bytes", html.len());
+    assert!(
+        html.len() < 12_000_000,
+        "report.html is {} bytes",
+        html.len()
+    );
     assert!(analysis.explorer.iter().all(|c| c.trials.len() <= 5));
 
     // Without the explorer (`report --explorer-trials 0`) the page is the tables and figures.

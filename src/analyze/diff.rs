@@ -260,10 +260,12 @@ pub fn diff_runs(
     b: i64,
 ) -> Result<RunDiff, UnknownRun> {
     let find = |run: i64| {
-        runs.iter().find(|r| r.id.0 == run).ok_or_else(|| UnknownRun {
-            run,
-            known: runs.iter().map(|r| r.id.0).collect(),
-        })
+        runs.iter()
+            .find(|r| r.id.0 == run)
+            .ok_or_else(|| UnknownRun {
+                run,
+                known: runs.iter().map(|r| r.id.0).collect(),
+            })
     };
     let (row_a, row_b) = (find(a)?, find(b)?);
     let held = |run: i64| -> Vec<&CellRow> {

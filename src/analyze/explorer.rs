@@ -80,7 +80,9 @@ pub fn expected_terms(expected: &Expected) -> Vec<String> {
             .collect(),
         Expected::Names { names } => names.clone(),
         Expected::Row { fields, .. } => fields.iter().map(|(_, v)| cell_text(v)).collect(),
-        Expected::Choice { choices, correct } => choices.get(*correct).cloned().into_iter().collect(),
+        Expected::Choice { choices, correct } => {
+            choices.get(*correct).cloned().into_iter().collect()
+        }
     };
     terms.retain(|t| !t.trim().is_empty());
     terms.sort();
@@ -205,7 +207,10 @@ pub fn explorer_cells(
         .collect();
     let mut keys: Vec<Key<'_>> = by_cell.keys().copied().collect();
     keys.sort_by_key(|&(model, dataset, test, serialization, seed)| {
-        let (rank, scored) = series_rank.get(model).copied().unwrap_or((usize::MAX, None));
+        let (rank, scored) = series_rank
+            .get(model)
+            .copied()
+            .unwrap_or((usize::MAX, None));
         (
             rank,
             model,

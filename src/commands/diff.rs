@@ -55,8 +55,12 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
                 "one model each: cells matched by dataset, test, template and seed"
             )?;
         }
-        writeln!(out, "note: {}
-", diff.limitation)?;
+        writeln!(
+            out,
+            "note: {}
+",
+            diff.limitation
+        )?;
         print_diff(&mut out, &diff.diff)?;
         return Ok(ExitCode::SUCCESS);
     }

@@ -106,10 +106,12 @@ pub fn explorer(
         } else {
             format!("{base}-{seen}")
         };
-        all.last_mut()
-            .expect("pushed above")
-            .cells
-            .push(cell_view(cell, anchor, dataset_name, test_name));
+        all.last_mut().expect("pushed above").cells.push(cell_view(
+            cell,
+            anchor,
+            dataset_name,
+            test_name,
+        ));
     }
     (all, anchors)
 }

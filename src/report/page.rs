@@ -310,7 +310,10 @@ impl Page {
         let mut table2 = table2(&analysis.series);
         for (row, s) in table2.iter_mut().zip(0..) {
             let anchor = format!("explorer-{}", s + 1);
-            row.explorer_anchor = explorer.iter().any(|e| e.anchor == anchor).then_some(anchor);
+            row.explorer_anchor = explorer
+                .iter()
+                .any(|e| e.anchor == anchor)
+                .then_some(anchor);
         }
         Page {
             explorer,

@@ -219,7 +219,11 @@ pub fn clean_label(text: &str, max_chars: usize) -> String {
 pub fn link_heatmap(svg: &str, links: &[(usize, usize, String)]) -> String {
     let mut extra = String::new();
     for (d, t, anchor) in links {
-        if anchor.is_empty() || !anchor.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        if anchor.is_empty()
+            || !anchor
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
             continue;
         }
         let (x, y) = (LEFT + *d as i32 * CELL, TITLE + TOP + *t as i32 * CELL);

@@ -51,7 +51,10 @@ const TIKZ_COLOURS: [&str; 4] = ["tcdetected", "violet", "blue", "red"];
 pub fn fractional_year(date: &str) -> Option<f64> {
     let mut parts = date.trim().splitn(3, '-');
     let year: f64 = parts.next()?.parse::<u16>().ok()?.into();
-    let month: f64 = parts.next().map_or(Some(1), |m| m.parse::<u8>().ok())?.into();
+    let month: f64 = parts
+        .next()
+        .map_or(Some(1), |m| m.parse::<u8>().ok())?
+        .into();
     let day: f64 = parts
         .next()
         .map_or(Some(1), |d| d.get(..2).unwrap_or(d).parse::<u8>().ok())?
@@ -162,7 +165,10 @@ fn draw<DB: DrawingBackend>(
     let axis = timeline.axis;
     let mut chart = ChartBuilder::on(root)
         .margin(14)
-        .caption(super::svg::clean_label(&timeline.family, 40), ("sans-serif", 16))
+        .caption(
+            super::svg::clean_label(&timeline.family, 40),
+            ("sans-serif", 16),
+        )
         .x_label_area_size(40)
         .y_label_area_size(48)
         .build_cartesian_2d(x0..x1, 0f64..1f64)?;
@@ -195,7 +201,9 @@ fn draw<DB: DrawingBackend>(
                 colour.stroke_width(2),
             )))?
             .label(*name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
+            });
         chart.draw_series(
             points
                 .iter()
@@ -244,9 +252,7 @@ pub fn tikz(timeline: &Timeline) -> String {
             Axis::ReleaseDate => "Release date",
         }
     );
-    out.push_str(
-        "title={",
-    );
+    out.push_str("title={");
     out.push_str(&escape(&timeline.family));
     out.push_str("},legend pos=outer north east,legend cell align=left,");
     out.push_str("x tick label style={/pgf/number format/.cd,fixed,precision=2,1000 sep={}},");
