@@ -230,9 +230,19 @@ pub fn explorer_cells(
         let total = cell_trials.len();
         shown.push((key, cell_trials, total));
     }
+    // The shown trials, and every passed one that could be an echo (answers to choices
+    // never are), so that a cell's echo count covers all its trials.
     let wanted: Vec<_> = shown
         .iter()
-        .flat_map(|(_, t, _)| t.iter().take(max_shown).map(|t| t.request_key))
+        .flat_map(|(_, t, _)| {
+            t.iter()
+                .enumerate()
+                .filter(|(i, t)| {
+                    *i < max_shown
+                        || (t.verdict.passed && !matches!(t.expected, Expected::Choice { .. }))
+                })
+                .map(|(_, t)| t.request_key)
+        })
         .collect();
     let outputs = store.responses(&wanted)?;
     let prompts = store.prompts_of(&wanted)?;
