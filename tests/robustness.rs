@@ -310,6 +310,7 @@ fn scores_use_one_template_plus_the_shared_cells_and_name_it() {
         analytics
             .analyze(&Options {
                 primary_serialization: primary.to_string(),
+                ..Options::default()
             })
             .unwrap()
     };
