@@ -279,7 +279,7 @@ pub struct ReportArgs {
     pub timestamp: bool,
     /// Trials shown per cell in report.html's trial explorer (the first by sample and
     /// trial; 0 leaves the explorer out). Tests 1–9 have at most 5 per sample, tests 10–12
-    /// a hundred; the paper grid's page is about 8 MB with 5.
+    /// a hundred; the paper grid's page is about 6 MB with 5.
     #[arg(long, value_name = "N", default_value_t = crate::analyze::explorer::DEFAULT_TRIALS_SHOWN)]
     pub explorer_trials: usize,
 }

@@ -658,6 +658,19 @@ fn trial_explorer_shows_every_trial_with_expected_words_echoes_and_diffs() {
         explorer.contains("<mark>iris</mark>"),
         "expected words highlighted"
     );
+    // Each prompt once, linked from its trials: the two models see the same prompts
+    // (the evil one has test 4 under a second template too).
+    assert!(explorer.contains(r##"<a href="#prompt-1">prompt</a>"##));
+    let evil_trials: usize = a
+        .explorer
+        .iter()
+        .filter(|c| c.key.model == EVIL_ID)
+        .map(|c| c.trials.len())
+        .sum();
+    assert_eq!(
+        explorer.matches(r#"<details class="prompt" id="#).count(),
+        evil_trials
+    );
     // The diff marks 1 as missing and 2 as extra; the hostile value is text inside it.
     assert!(explorer.contains(r#"<span class="missing">1</span><span class="extra">2</span>"#));
     assert!(explorer.contains(&format!(
@@ -812,7 +825,14 @@ fn chromium_renders_the_trial_explorer_and_the_timeline() {
         r#"<details class="cell" id="trials-1-1-10">"#,
     )
     .replace(r#"<details class="cell""#, r#"<details open class="cell""#)
-    .replace("<details><summary>Prompt", "<details open><summary>Prompt");
+        + &section(
+            r#"<h3 id="explorer-prompts">"#,
+            r#"<details class="prompt" id="prompt-4">"#,
+        )
+        .replace(
+            r#"<details class="prompt""#,
+            r#"<details open class="prompt""#,
+        );
     let page = format!("{head}{timelines}{cells}</main></body></html>");
     let shot_page = dir.join("shot.html");
     std::fs::write(&shot_page, page).unwrap();
@@ -872,7 +892,7 @@ const PAPER_DATASETS: [&str; 9] = [
 /// the default template, every prompt built from the paper's files, every answer a real
 /// output of the parity records for its kind of test (tests 10–12: short answers), judged
 /// by the real rules. Prints the sizes; with the default 5 trials per cell the page must
-/// stay under 12 MB.
+/// stay under 8 MB.
 #[test]
 fn paper_grid_report_size() {
     use tabcontam::dataset::Serialization;
@@ -1060,7 +1080,7 @@ fn paper_grid_report_size() {
     // Every cell with trials (wine has no categorical feature for tests 5–6).
     assert_eq!(analysis.explorer.len(), 16 * 9 * 12 - 16 * 2);
     assert!(
-        html.len() < 12_000_000,
+        html.len() < 8_000_000,
         "report.html is {} bytes",
         html.len()
     );

@@ -7,7 +7,7 @@
 //! `max_shown` per cell are kept ([`DEFAULT_TRIALS_SHOWN`] unless `report --explorer-trials`
 //! says otherwise; the first by sample and trial), and the cell says how many it has, so
 //! the single-file report stays reasonable for the paper grid (16 models × 9 datasets × 12
-//! tests: 8 MB with 5, see `tests/report.rs::paper_grid_report_size`).
+//! tests: 5.9 MB with 5, see `tests/report.rs::paper_grid_report_size`).
 
 use std::collections::HashMap;
 

@@ -25,13 +25,22 @@ pub struct ExplorerCellView {
     pub trials: Vec<TrialView>,
 }
 
+/// One distinct prompt, shown once: every model is asked the same prompts, so trials
+/// link to it instead of repeating it (the paper grid's page halves).
+pub struct PromptView {
+    pub anchor: String,
+    pub title: String,
+    pub segments: Vec<Segment>,
+}
+
 pub struct TrialView {
     pub head: String,
+    /// The anchor of the trial's prompt among the explorer's prompts.
+    pub prompt_anchor: String,
     /// `pass`, `fail` or `invalid` (a CSS class and the verdict shown).
     pub verdict: &'static str,
     pub echo: bool,
     pub expected: String,
-    pub prompt: Vec<Segment>,
     pub output: Vec<Segment>,
     pub truth: Option<String>,
     pub diff: Option<Vec<DiffSegment>>,
@@ -56,12 +65,42 @@ pub struct Anchors {
     pub by_cell: HashMap<(usize, usize, u8), String>,
 }
 
-/// The explorer's series and the anchor of each (series, dataset, test)'s first cell.
+/// The distinct prompts of the explorer, in order of first use.
+#[derive(Default)]
+struct Prompts<'a> {
+    index: HashMap<&'a str, usize>,
+    views: Vec<PromptView>,
+}
+
+impl<'a> Prompts<'a> {
+    /// The anchor of `text`'s entry, added on first use (`prompt-<n>`, digits only).
+    fn anchor(
+        &mut self,
+        text: &'a str,
+        terms: &[String],
+        title: impl FnOnce() -> String,
+    ) -> String {
+        let next = self.views.len();
+        let n = *self.index.entry(text).or_insert(next);
+        if n == next {
+            self.views.push(PromptView {
+                anchor: format!("prompt-{}", n + 1),
+                title: format!("Prompt {} · {}", n + 1, title()),
+                segments: highlight(text, terms),
+            });
+        }
+        format!("prompt-{}", n + 1)
+    }
+}
+
+/// The explorer's series, its distinct prompts and the anchor of each (series, dataset,
+/// test)'s first cell.
 pub fn explorer(
     analysis: &Analysis,
     dataset_name: &dyn Fn(&str) -> String,
     test_name: &dyn Fn(&str) -> String,
-) -> (Vec<ExplorerSeries>, Anchors) {
+) -> (Vec<ExplorerSeries>, Vec<PromptView>, Anchors) {
+    let mut prompts = Prompts::default();
     let series_index: HashMap<&SeriesKey, usize> = analysis
         .series
         .iter()
@@ -109,16 +148,18 @@ pub fn explorer(
         all.last_mut().expect("pushed above").cells.push(cell_view(
             cell,
             anchor,
+            &mut prompts,
             dataset_name,
             test_name,
         ));
     }
-    (all, anchors)
+    (all, prompts.views, anchors)
 }
 
-fn cell_view(
-    cell: &ExplorerCell,
+fn cell_view<'a>(
+    cell: &'a ExplorerCell,
     anchor: String,
+    prompts: &mut Prompts<'a>,
     dataset_name: &dyn Fn(&str) -> String,
     test_name: &dyn Fn(&str) -> String,
 ) -> ExplorerCellView {
@@ -191,7 +232,14 @@ fn cell_view(
                 },
                 echo: t.echo,
                 expected: t.expected.join(" · "),
-                prompt: highlight(&t.prompt, &t.expected),
+                prompt_anchor: prompts.anchor(&t.prompt, &t.expected, || {
+                    format!(
+                        "{} · {} · trial {}",
+                        test_name(cell.test.id()),
+                        dataset_name(&cell.dataset),
+                        t.trial
+                    )
+                }),
                 output: highlight(&t.output, &t.expected),
                 truth: t.truth.clone(),
                 diff,

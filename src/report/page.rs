@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::Context;
 use askama::Template;
 
-use super::explorer::{Anchors, ExplorerSeries};
+use super::explorer::{Anchors, ExplorerSeries, PromptView};
 use super::svg::{self, Point, Square};
 use super::timeline;
 use super::{File, Options, file_stem};
@@ -46,6 +46,8 @@ pub struct Page {
     pub examples: Vec<ExampleGroup>,
     /// Every trial of our cells (HTML only).
     pub explorer: Vec<ExplorerSeries>,
+    /// The explorer's distinct prompts, each shown once.
+    pub explorer_prompts: Vec<PromptView>,
     pub explorer_trials_cap: usize,
     /// One figure per model family with two or more placed versions.
     pub timelines: Vec<TimelineView>,
@@ -306,7 +308,8 @@ impl Page {
             .collect();
 
         let sample_rates = sample_rates(analysis);
-        let (explorer, anchors) = super::explorer::explorer(analysis, &dataset_name, &test_name);
+        let (explorer, explorer_prompts, anchors) =
+            super::explorer::explorer(analysis, &dataset_name, &test_name);
         let mut table2 = table2(&analysis.series);
         for (row, s) in table2.iter_mut().zip(0..) {
             let anchor = format!("explorer-{}", s + 1);
@@ -317,6 +320,7 @@ impl Page {
         }
         Page {
             explorer,
+            explorer_prompts,
             explorer_trials_cap: analysis.explorer_trials,
             timelines: timelines(analysis),
             timestamp: options.timestamp.clone(),
