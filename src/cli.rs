@@ -43,8 +43,9 @@ pub enum Command {
     /// Print a completion script for bash, zsh, fish, elvish or PowerShell to stdout.
     #[command(after_help = examples::COMPLETIONS)]
     Completions(CompletionsArgs),
-    /// What changed between two models of the cache: cells of tests 1–9 gained and lost,
-    /// membership and classification accuracy with 95 % Wilson intervals.
+    /// What changed between two models (or, with --runs, two runs) of the cache: cells of
+    /// tests 1–9 gained and lost, membership and classification accuracy with 95 % Wilson
+    /// intervals.
     #[command(after_help = examples::DIFF)]
     Diff(DiffArgs),
     /// Merge caches from several machines; export a cache as Parquet.
@@ -414,6 +415,11 @@ pub struct ReportArgs {
     /// reports).
     #[arg(long)]
     pub timestamp: bool,
+    /// Trials shown per cell in report.html's trial explorer (the first by sample and
+    /// trial; 0 leaves the explorer out). Tests 1–9 have at most 5 per sample, tests 10–12
+    /// a hundred; the paper grid's page is about 6 MB with 5.
+    #[arg(long, value_name = "N", default_value_t = crate::analyze::explorer::DEFAULT_TRIALS_SHOWN)]
+    pub explorer_trials: usize,
 }
 
 #[derive(Debug, Args)]
@@ -426,10 +432,15 @@ pub struct CompletionsArgs {
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The model compared from (a spec model id, or an imported one such as `gpt4o`).
+    /// The model compared from (a spec model id, or an imported one such as `gpt4o`); with
+    /// --runs, a run id.
     pub a: String,
-    /// The model compared to.
+    /// The model (or run) compared to.
     pub b: String,
+    /// A and B are run ids (`tabcontam status` lists them): compares the cells each run
+    /// still holds (the cache keeps a cell's latest decision only).
+    #[arg(long)]
+    pub runs: bool,
     #[command(flatten)]
     pub cache: CacheArgs,
     /// Print a JSON object instead of text.
@@ -542,5 +553,7 @@ Examples:
 Examples:
   # after `tabcontam import-results ../shared/parity/paper-results`:
   tabcontam diff llama3 llama3.1
-  tabcontam diff gpt4 gpt4o --json";
+  tabcontam diff gpt4 gpt4o --json
+  # two runs (ids from `tabcontam status`):
+  tabcontam diff --runs 3 4";
 }

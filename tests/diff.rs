@@ -45,8 +45,14 @@ fn json_of(output: &Output) -> Value {
 }
 
 /// Builds a cache with `run`: model `echo` is the mock's normal echo of the prompt, model
-/// `iris-expert` always gives [`EXPERT_ANSWER`].
+/// `iris-expert` always gives [`EXPERT_ANSWER`]. Both models in one run.
 fn two_model_cache(dir: &Path) -> PathBuf {
+    runs_cache(dir, &[&["echo", "iris-expert"]])
+}
+
+/// Runs one spec per entry of `runs` (run ids 1, 2, … in that order), each with the
+/// models named, against one loopback server; returns the cache.
+fn runs_cache(dir: &Path, runs: &[&[&str]]) -> PathBuf {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(MockServer::start(MockConfig::new().script(|request| {
         let fault = if request.json["model"] == "iris-expert" {
@@ -64,31 +70,33 @@ fn two_model_cache(dir: &Path) -> PathBuf {
             fault,
         }
     })));
-    let mut spec = String::from(
-        "name = \"diff\"\nseed = 0\ndatasets = [\"iris\"]\n\
-         tests = [\"feature-list-uninformed\", \"feature-values-uninformed\", \"membership\", \"classify-0shot\"]\n\
-         serializations = [\"the-is\"]\n",
-    );
-    for model in ["echo", "iris-expert"] {
-        spec.push_str(&format!(
-            "\n[[models]]\nid = \"{model}\"\nbackend = \"openai-compatible\"\napi = \"completions\"\n\
-             base_url = \"{}/v1\"\nconcurrency = 8\ntimeout_s = 5\n",
-            server.url()
+    let cache = dir.join("cache.sqlite");
+    for (index, models) in runs.iter().enumerate() {
+        let mut spec = String::from(
+            "name = \"diff\"\nseed = 0\ndatasets = [\"iris\"]\n\
+             tests = [\"feature-list-uninformed\", \"feature-values-uninformed\", \"membership\", \"classify-0shot\"]\n\
+             serializations = [\"the-is\"]\n",
+        );
+        for model in *models {
+            spec.push_str(&format!(
+                "\n[[models]]\nid = \"{model}\"\nbackend = \"openai-compatible\"\napi = \"completions\"\n\
+                 base_url = \"{}/v1\"\nconcurrency = 8\ntimeout_s = 5\n",
+                server.url()
+            ));
+        }
+        let spec_path = dir.join(format!("diff-{index}.toml"));
+        std::fs::write(&spec_path, spec).unwrap();
+        succeeded(&tabcontam(
+            dir,
+            &[
+                "run",
+                spec_path.to_str().unwrap(),
+                "--cache",
+                cache.to_str().unwrap(),
+                "--quiet",
+            ],
         ));
     }
-    let spec_path = dir.join("diff.toml");
-    std::fs::write(&spec_path, spec).unwrap();
-    let cache = dir.join("cache.sqlite");
-    succeeded(&tabcontam(
-        dir,
-        &[
-            "run",
-            spec_path.to_str().unwrap(),
-            "--cache",
-            cache.to_str().unwrap(),
-            "--quiet",
-        ],
-    ));
     assert!(server.request_count() > 0);
     cache
 }
@@ -238,6 +246,101 @@ fn unknown_model_is_a_one_line_error_listing_the_known_ones() {
     );
     assert_eq!(output.status.code(), Some(1));
     assert!(!missing.exists());
+}
+
+/// Issue 12, item 5: `diff --runs A B`. Run 1 asks `echo`, run 2 `iris-expert` (one model
+/// each: cells are matched across the models), run 3 asks `echo` again and so decides its
+/// cells anew: run 1 then holds none, which the diff says instead of inventing old verdicts.
+#[test]
+fn diff_of_two_runs_compares_the_cells_each_run_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = runs_cache(dir.path(), &[&["echo"], &["iris-expert"], &["echo"]]);
+    let cache_arg = cache.to_str().unwrap();
+    let store = Store::open_read_only(&cache).unwrap();
+    let runs: Vec<i64> = store.runs().unwrap().iter().map(|r| r.id.0).collect();
+    assert_eq!(runs, [1, 2, 3]);
+
+    // Runs 3 (echo, now) and 2 (iris-expert) give the same changes as the two models.
+    let by_runs = json_of(&tabcontam(
+        dir.path(),
+        &["diff", "--runs", "3", "2", "--cache", cache_arg, "--json"],
+    ));
+    let by_models = json_of(&tabcontam(
+        dir.path(),
+        &[
+            "diff",
+            "echo",
+            "iris-expert",
+            "--cache",
+            cache_arg,
+            "--json",
+        ],
+    ));
+    assert_eq!(by_runs["matched_by"], "cell-across-models");
+    assert_eq!(
+        (by_runs["a"].as_str(), by_runs["b"].as_str()),
+        (Some("run 3"), Some("run 2"))
+    );
+    for key in [
+        "compared", "passed_a", "passed_b", "gained", "lost", "accuracy",
+    ] {
+        assert_eq!(by_runs[key], by_models[key], "{key}: {by_runs:#}");
+    }
+    assert_eq!(
+        by_runs["gained"].as_array().unwrap().len(),
+        2,
+        "{by_runs:#}"
+    );
+    let cells_of = |model: &str| {
+        store
+            .cells()
+            .unwrap()
+            .iter()
+            .filter(|c| c.model == model)
+            .count()
+    };
+    assert_eq!(by_runs["run_a"]["cells"], cells_of("echo"));
+    assert_eq!(by_runs["run_a"]["models"], json!(["echo"]));
+    assert_eq!(by_runs["run_b"]["cells"], cells_of("iris-expert"));
+
+    // Run 1's cells were all decided again by run 3: it holds none, and says why.
+    let superseded = json_of(&tabcontam(
+        dir.path(),
+        &["diff", "--runs", "1", "2", "--cache", cache_arg, "--json"],
+    ));
+    assert_eq!(superseded["run_a"]["cells"], 0);
+    assert_eq!(superseded["compared"], 0);
+    assert!(
+        superseded["limitation"]
+            .as_str()
+            .unwrap()
+            .contains("latest decision")
+    );
+    let text = succeeded(&tabcontam(
+        dir.path(),
+        &["diff", "--runs", "3", "2", "--cache", cache_arg],
+    ));
+    assert!(text.contains("run 3 (diff, started "), "{text}");
+    assert!(
+        text.contains("run 3 → run 2: 2 cells of tests 1–9 in both"),
+        "{text}"
+    );
+    assert!(text.contains("note: the cache keeps only"), "{text}");
+
+    // Bad ids: one line naming the fix.
+    for (args, message) in [
+        (["9", "2"], "no run 9 in the cache: known runs are 1, 2, 3"),
+        (["x", "2"], "with --runs, A and B are run ids"),
+    ] {
+        let output = tabcontam(
+            dir.path(),
+            &["diff", "--runs", args[0], args[1], "--cache", cache_arg],
+        );
+        assert_eq!(output.status.code(), Some(1));
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+    }
 }
 
 /// Whether the paper's published results are here; in CI (`TABCONTAM_CI=1`) their absence

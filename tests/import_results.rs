@@ -232,6 +232,7 @@ fn import_refuses_to_relabel_own_models_and_takes_a_prefix() {
                 release_date: None,
                 training_cutoff: None,
                 exposure: None,
+                step: None,
                 updated_at: None,
             })
             .unwrap();

@@ -61,6 +61,7 @@ fn model(id: &str, label: &str, release: &str, cutoff: &str) -> ModelRow {
         release_date: Some(release.to_string()),
         training_cutoff: Some(cutoff.to_string()),
         exposure: None,
+        step: None,
         updated_at: None,
     }
 }
@@ -74,6 +75,29 @@ fn detected(model: &str, dataset: &str, test: TestId, serialization: Option<&str
     // The evil model: knowledge on every dataset (thyroid too: released after its cut-off),
     // recognition from rows only under the default template.
     n <= 3 || (n == 4 && serialization == Some("the-is")) || (dataset == "iris" && n == 8)
+}
+
+/// What the synthetic trials expect: the dataset's id for recognition, a hostile row for
+/// the completion tests, a Yes/No answer otherwise.
+fn expected_of(test: TestId, dataset: &str) -> Expected {
+    match test {
+        TestId::RecognitionFeatures | TestId::RecognitionExamples => Expected::Names {
+            names: vec![dataset.to_string()],
+        },
+        TestId::IncompleteCompletion | TestId::FullCompletion | TestId::FeatureCompletion => {
+            Expected::Row {
+                fields: vec![
+                    ("sepal".into(), tabcontam::decide::Cell::Text("5.1".into())),
+                    ("class".into(), tabcontam::decide::Cell::Text(SCRIPT.into())),
+                ],
+                scope: tabcontam::decide::Alg2Scope::FirstLine,
+            }
+        }
+        _ => Expected::Choice {
+            choices: vec!["Yes".into(), "No".into()],
+            correct: 0,
+        },
+    }
 }
 
 /// A cache with two models of one family, three datasets and every test.
@@ -145,8 +169,20 @@ fn build_cache(path: &Path) {
                             },
                             sample: 0,
                         };
+                        // Test 3 of the evil model names the dataset its prompt already
+                        // names (an echo); test 8 writes a row to diff against the truth.
+                        let text = match test {
+                            TestId::RecognitionFeatures => {
+                                format!("{} it is {dataset}", evil_output(requests.len()))
+                            }
+                            TestId::FullCompletion => format!(
+                                "The sepal is 5.2, The class is {SCRIPT}\n{}",
+                                evil_output(requests.len())
+                            ),
+                            _ => evil_output(requests.len()),
+                        };
                         let response = Response {
-                            text: evil_output(requests.len()),
+                            text,
                             finish_reason: Some("stop".into()),
                             prompt_tokens: Some(10),
                             completion_tokens: Some(10),
@@ -162,10 +198,7 @@ fn build_cache(path: &Path) {
                             trial,
                             request_key: request.key(),
                             note: None,
-                            expected: Expected::Choice {
-                                choices: vec!["Yes".into(), "No".into()],
-                                correct: 0,
-                            },
+                            expected: expected_of(test, dataset),
                             verdict,
                             run_id: None,
                             echo: false,
@@ -560,5 +593,519 @@ fn report_without_cache_says_what_to_do() {
     assert!(
         stderr.contains("missing.sqlite") && stderr.contains("import-results"),
         "{stderr}"
+    );
+}
+
+/// The explorer cell of `model` on `dataset` for `test` (first template).
+fn explorer_cell<'a>(
+    a: &'a Analysis,
+    model: &str,
+    dataset: &str,
+    test: TestId,
+) -> &'a tabcontam::analyze::explorer::ExplorerCell {
+    a.explorer
+        .iter()
+        .find(|c| c.key.model == model && c.dataset == dataset && c.test == test)
+        .unwrap_or_else(|| panic!("no explorer cell {model} {dataset} {test}"))
+}
+
+#[test]
+fn trial_explorer_shows_every_trial_with_expected_words_echoes_and_diffs() {
+    let (_tmp, _cache, a) = synthetic();
+    // Every cell of ours: the evil model has test 4 under two templates.
+    assert_eq!(a.explorer.len(), 3 * 13 + 3 * 12);
+    assert_eq!(a.explorer[0].key.model, EVIL_ID, "Table 2's order");
+    // Membership: 20 trials, the first 5 shown.
+    let membership = explorer_cell(&a, EVIL_ID, "iris", TestId::Membership);
+    assert_eq!((membership.total_trials, membership.trials.len()), (20, 5));
+    assert_eq!(membership.passed_trials, 14);
+    let trial = &membership.trials[3];
+    assert_eq!(trial.prompt, r#"iris membership Some("the-is") 3"#);
+    assert!(trial.output.contains(SCRIPT));
+    assert_eq!(trial.expected, vec!["Yes".to_string()]);
+    // Recognition whose output names the dataset its prompt already names: an echo (the
+    // old model did not pass, so its trial is no echo).
+    let echoed = explorer_cell(&a, EVIL_ID, "iris", TestId::RecognitionFeatures);
+    assert!(echoed.trials[0].passed && echoed.trials[0].echo);
+    assert_eq!(echoed.echo_trials, 1);
+    let old = explorer_cell(&a, OLD_ID, "iris", TestId::RecognitionFeatures);
+    assert!(!old.trials[0].echo);
+    // A completion: the true row in the cell's template and the judged first line.
+    let completion = explorer_cell(&a, EVIL_ID, "iris", TestId::FullCompletion);
+    let t = &completion.trials[0];
+    assert_eq!(
+        t.truth.as_deref(),
+        Some(format!("The sepal is 5.1, The class is {SCRIPT}").as_str())
+    );
+    assert_eq!(
+        t.judged.as_deref(),
+        Some(format!("The sepal is 5.2, The class is {SCRIPT}").as_str())
+    );
+
+    let html = rendered(&a, "report.html");
+    let explorer = &html[html.find(r#"<h2 id="explorer">"#).unwrap()..];
+    // Anchors: series 1 (evil), dataset 1 (iris), test 3; heatmap squares, Table 2 and
+    // the accuracy tables link to them.
+    assert!(explorer.contains(r#"<details class="cell" id="trials-1-1-3">"#));
+    assert!(
+        html.contains(r##"<a href="#trials-1-1-3"><rect"##),
+        "heatmap link"
+    );
+    assert!(html.contains(r##"<a href="#explorer-1">"##), "Table 2 link");
+    assert!(
+        html.contains(r##"<a href="#trials-1-1-10">"##),
+        "accuracy table link"
+    );
+    assert!(explorer.contains("first 5 of 20 shown"));
+    assert!(explorer.contains(r#"<span class="badge">echo</span>"#));
+    assert!(
+        explorer.contains("<mark>iris</mark>"),
+        "expected words highlighted"
+    );
+    // Each prompt once, linked from its trials: the two models see the same prompts
+    // (the evil one has test 4 under a second template too).
+    assert!(explorer.contains(r##"<a href="#prompt-1">prompt</a>"##));
+    let evil_trials: usize = a
+        .explorer
+        .iter()
+        .filter(|c| c.key.model == EVIL_ID)
+        .map(|c| c.trials.len())
+        .sum();
+    assert_eq!(
+        explorer.matches(r#"<details class="prompt" id="#).count(),
+        evil_trials
+    );
+    // The diff marks 1 as missing and 2 as extra; the hostile value is text inside it.
+    assert!(explorer.contains(r#"<span class="missing">1</span><span class="extra">2</span>"#));
+    assert!(explorer.contains(&format!(
+        r#"<span class="same">, The class is {}</span>"#,
+        escaped_html(SCRIPT)
+    )));
+    assert!(!explorer.to_lowercase().contains("<script"));
+    assert!(!explorer.contains("<img"));
+    assert!(explorer.contains(&escaped_html(IMG)));
+    assert!(
+        explorer.contains(&escaped_html(EVIL_DATASET)),
+        "prompts escaped"
+    );
+    // The explorer is HTML only: LaTeX stays a paper.
+    assert!(!rendered(&a, "report.tex").contains("Trial explorer"));
+}
+
+#[test]
+fn timelines_per_family_in_html_and_latex_by_date_or_step() {
+    let (tmp, cache, a) = synthetic();
+    let html = rendered(&a, "report.html");
+    let timelines = &html[html.find(r#"<h2 id="timelines">"#).unwrap()..];
+    assert!(timelines.contains(r#"<figure class="timeline" id="timeline-1"><svg"#));
+    assert!(timelines.contains("fam against release date"));
+    assert!(timelines.contains("Old model (2023-01)"));
+    let files = report::render(&a, &[Format::Latex], &Default::default()).unwrap();
+    let tikz = &files
+        .iter()
+        .find(|f| f.name == "timeline-fam.tex")
+        .expect("one pgfplots snippet per family")
+        .contents;
+    assert!(tikz.contains(r"\begin{axis}") && tikz.contains(r"\addlegendentry{Contamination}"));
+    // Release dates 2023-01 and 2024-03; contamination 1/27 and 13/27.
+    assert!(
+        tikz.contains("(2023.0000,0.0370) (2024.1667,0.4815)"),
+        "{tikz}"
+    );
+    assert!(!tikz.contains(INPUT), "labels escaped");
+    assert!(rendered(&a, "report.tex").contains(r"\begin{axis}"));
+
+    // Checkpoints: with a step on every version the family is drawn against steps.
+    {
+        let mut store = Store::open(&cache).unwrap();
+        for (id, step) in [(EVIL_ID, 2000), (OLD_ID, 500)] {
+            let mut row = store
+                .models()
+                .unwrap()
+                .into_iter()
+                .find(|m| m.id == id)
+                .unwrap();
+            row.step = Some(step);
+            store.upsert_model(&row).unwrap();
+        }
+    }
+    let store = Store::open_read_only(&cache).unwrap();
+    let stepped = analyze_store(&store, &Options::default()).unwrap();
+    let html = rendered(&stepped, "report.html");
+    assert!(html.contains("fam against training step: Old model (step 500)"));
+    let files = report::render(&stepped, &[Format::Latex], &Default::default()).unwrap();
+    let tikz = &files
+        .iter()
+        .find(|f| f.name == "timeline-fam.tex")
+        .unwrap()
+        .contents;
+    assert!(
+        tikz.contains("(500.0000,0.0370) (2000.0000,0.4815)"),
+        "{tikz}"
+    );
+    drop(tmp);
+}
+
+/// Chromium's command line for a headless, offline, throw-away profile.
+fn headless(chromium: &Path, profile: &Path) -> Command {
+    let mut command = Command::new(chromium);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()));
+    command
+}
+
+/// `(width, height)` from a PNG's IHDR chunk.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && &png[12..16] == b"IHDR",
+        "not a PNG"
+    );
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&png[16..20]), be(&png[20..24]))
+}
+
+/// Issue 12, must show #4: headless Chromium renders the trial explorer and the timeline.
+/// The DOM after load holds the trials (prompt, highlighted output, echo, diff) and the
+/// timeline's SVG; a screenshot of the two sections (the explorer's cells opened) is a
+/// real picture, much larger than one of an empty page. The PNG is kept in the test's
+/// target tmp folder (`explorer-timeline.png`) for a human look.
+#[test]
+fn chromium_renders_the_trial_explorer_and_the_timeline() {
+    let Some(chromium) = tool(&["chromium", "chromium-browser", "google-chrome"]) else {
+        return;
+    };
+    let (tmp, _cache, a) = synthetic();
+    let dir = tmp.path().join("out");
+    write_report(&dir, &a);
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+
+    let output = headless(&chromium, &tmp.path().join("profile-dom"))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", dir.join("report.html").display()))
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let dom = String::from_utf8_lossy(&output.stdout);
+    let explorer = &dom[dom.find(r#"id="explorer""#).expect("explorer in the DOM")..];
+    assert_eq!(explorer.matches(r#"<details class="cell""#).count(), 75);
+    assert!(
+        explorer.contains(r#"iris membership Some("the-is") 3"#),
+        "a prompt"
+    );
+    assert!(explorer.contains("<mark>iris</mark>"));
+    assert!(explorer.contains(r#"<span class="badge">echo</span>"#));
+    assert!(explorer.contains(r#"<span class="missing">1</span>"#));
+    assert!(explorer.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(!dom.to_lowercase().contains("<script"));
+    let timeline = &dom[dom.find(r#"id="timeline-1""#).expect("timeline in the DOM")..];
+    assert!(
+        timeline
+            .trim_start_matches(r#"id="timeline-1">"#)
+            .starts_with("<svg")
+    );
+    assert!(timeline.contains("Release date") && timeline.contains("Contamination"));
+
+    // The two sections alone, with the page's styles and the first cells opened.
+    let head = &html[..html.find("<main>").unwrap() + "<main>".len()];
+    let section = |from: &str, to: &str| {
+        let start = html.find(from).unwrap();
+        let end = start + html[start..].find(to).unwrap();
+        html[start..end].to_string()
+    };
+    let timelines = section(r#"<h2 id="timelines">"#, r#"<h2 id="serialization">"#);
+    let cells = section(
+        r#"<h2 id="explorer">"#,
+        r#"<details class="cell" id="trials-1-1-10">"#,
+    )
+    .replace(r#"<details class="cell""#, r#"<details open class="cell""#)
+        + &section(
+            r#"<h3 id="explorer-prompts">"#,
+            r#"<details class="prompt" id="prompt-4">"#,
+        )
+        .replace(
+            r#"<details class="prompt""#,
+            r#"<details open class="prompt""#,
+        );
+    let page = format!("{head}{timelines}{cells}</main></body></html>");
+    let shot_page = dir.join("shot.html");
+    std::fs::write(&shot_page, page).unwrap();
+    std::fs::write(
+        dir.join("empty.html"),
+        "<!DOCTYPE html><title>empty</title>",
+    )
+    .unwrap();
+    let screenshot = |name: &str, png: &Path| {
+        let output = headless(&chromium, &tmp.path().join(format!("profile-{name}")))
+            .arg(format!("--screenshot={}", png.display()))
+            .arg("--window-size=1200,4000")
+            .arg(format!("file://{}", dir.join(name).display()))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::read(png).unwrap()
+    };
+    let shot = screenshot("shot.html", &tmp.path().join("shot.png"));
+    let empty = screenshot("empty.html", &tmp.path().join("empty.png"));
+    assert_eq!(png_size(&shot), (1200, 4000));
+    assert!(
+        shot.len() > 20_000 && shot.len() > 5 * empty.len(),
+        "a real picture: {} bytes against {} for an empty page",
+        shot.len(),
+        empty.len()
+    );
+    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("explorer-timeline.png");
+    std::fs::write(&keep, &shot).unwrap();
+    eprintln!(
+        "screenshot: {} ({} bytes; empty page {} bytes)",
+        keep.display(),
+        shot.len(),
+        empty.len()
+    );
+}
+
+/// The paper's nine datasets, as `experiments/paper.toml` lists them.
+const PAPER_DATASETS: [&str; 9] = [
+    "adult",
+    "bank",
+    "german",
+    "housing",
+    "iris",
+    "wine",
+    "titanic",
+    "spaceship-titanic",
+    "thyroid",
+];
+
+/// The single-file size for the paper grid: the paper's 16 models (ids from its published
+/// results, also imported beside them as `paper-…`) × nine datasets × twelve tests under
+/// the default template, every prompt built from the paper's files, every answer a real
+/// output of the parity records for its kind of test (tests 10–12: short answers), judged
+/// by the real rules. Prints the sizes; with the default 5 trials per cell the page must
+/// stay under 8 MB.
+#[test]
+fn paper_grid_report_size() {
+    use tabcontam::dataset::Serialization;
+    use tabcontam::dataset::catalog::Catalog;
+    use tabcontam::decide::{Alg1Profile, Dictionary};
+    use tabcontam::probe::{ProbeContext, PromptPack, Variant, build, judge};
+
+    let shared = skip::shared_dir();
+    let Some(data) = skip::require(
+        shared.join("datasets/paper"),
+        |d| {
+            d.join("thyroid_diff.csv").is_file() && shared.join("parity/algorithm2.jsonl").is_file()
+        },
+        "the paper's files or parity records are not there (../shared beside the checkout)",
+    ) else {
+        return;
+    };
+    let records = |file: &str| -> Vec<(String, String)> {
+        std::fs::read_to_string(shared.join("parity").join(file))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["test"].as_str().unwrap().to_string(),
+                    v["output"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let mut outputs = records("algorithm1.jsonl");
+    outputs.extend(records("algorithm2.jsonl"));
+    let output_for = |test: TestId, n: usize| -> String {
+        let kind = match test.number() {
+            1 | 2 => "FEATURES",
+            3 | 4 => "RECOGNITION",
+            5 | 6 => "VALUES",
+            7 => "INCOMPLETE",
+            8 => "FULL",
+            9 => "FEATURE COMPLETION",
+            _ => return ["Yes", "No", "Answer: 1", "The answer is no."][n % 4].to_string(),
+        };
+        let pool: Vec<&String> = outputs
+            .iter()
+            .filter(|(t, _)| t.contains(kind))
+            .map(|(_, o)| o)
+            .collect();
+        if pool.is_empty() {
+            return outputs[n % outputs.len()].1.clone();
+        }
+        pool[n % pool.len()].clone()
+    };
+
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache.sqlite");
+    let results_dir = shared.join("parity/paper-results");
+    let paper = tabcontam::analyze::paper::read_paper_results(&results_dir, "paper-").unwrap();
+    let own = tabcontam::analyze::paper::read_paper_results(&results_dir, "").unwrap();
+    let mut store = Store::open(&cache).unwrap();
+    for m in &paper.models {
+        store.upsert_model(m).unwrap();
+    }
+    store.import_cells(&paper.cells).unwrap();
+    let catalog = Catalog::open(Some(&data)).unwrap();
+    let serialization = Serialization::builtin("the-is").unwrap();
+    let pack = PromptPack::builtin();
+    let dictionary = Dictionary::shipped().unwrap();
+    let run = store.begin_run("paper-grid", "# synthetic").unwrap();
+    let mut n = 0usize;
+    let mut trial_count = 0usize;
+    for dataset_id in PAPER_DATASETS {
+        let dataset = catalog.load(dataset_id).unwrap();
+        store
+            .upsert_dataset(&DatasetRow {
+                id: dataset.id.clone(),
+                name: dataset.id.clone(),
+                variant: None,
+                checksum: "0".into(),
+                updated_at: None,
+            })
+            .unwrap();
+        let ctx = ProbeContext {
+            dataset: &dataset,
+            serialization: &serialization,
+            seed: 0,
+            pack: &pack,
+            variant: Variant::Paper,
+        };
+        let probes: Vec<_> = TestId::ALL
+            .iter()
+            .map(|&t| (t, build(t, &ctx).unwrap()))
+            .collect();
+        for model in &own.models {
+            let mut requests = Vec::new();
+            let mut trials = Vec::new();
+            let mut cells = Vec::new();
+            for (test, probe) in &probes {
+                let mut verdicts = Vec::new();
+                for prompt in &probe.prompts {
+                    n += 1;
+                    let text = output_for(*test, n);
+                    let request = Request {
+                        model: model.identity.clone(),
+                        api: ApiMode::Chat,
+                        prompt: prompt.text.clone(),
+                        params: GenerationParams {
+                            max_tokens: prompt.max_tokens,
+                            temperature: 0.0,
+                            top_p: None,
+                            seed: Some(0),
+                            stop: vec![],
+                        },
+                        sample: 0,
+                    };
+                    let verdict =
+                        judge(&prompt.expected, &text, &dictionary, Alg1Profile::Hunspell);
+                    trials.push(TrialRow {
+                        model: model.id.clone(),
+                        dataset: dataset.id.clone(),
+                        test: *test,
+                        serialization: prompt.serialization.clone(),
+                        seed: 0,
+                        sample: 0,
+                        trial: prompt.trial,
+                        request_key: request.key(),
+                        note: prompt.note.clone(),
+                        expected: prompt.expected.clone(),
+                        verdict,
+                        echo: false,
+                        run_id: None,
+                    });
+                    verdicts.push(verdict);
+                    requests.push((
+                        request,
+                        Response {
+                            text,
+                            finish_reason: Some("stop".into()),
+                            prompt_tokens: None,
+                            completion_tokens: None,
+                            latency_ms: 1,
+                        },
+                    ));
+                }
+                let result = aggregate(*test, &verdicts);
+                cells.push(CellRow {
+                    source: OWN_SOURCE.to_string(),
+                    model: model.id.clone(),
+                    dataset: dataset.id.clone(),
+                    test: *test,
+                    serialization: test.serializes_rows().then(|| "the-is".to_string()),
+                    seed: 0,
+                    result,
+                    samples: vec![result],
+                    skipped: probe.skipped.clone(),
+                    echo_trials: None,
+                    chance: None,
+                    run_id: None,
+                });
+            }
+            trial_count += trials.len();
+            store
+                .put_responses(requests.iter().map(|(q, r)| (q, r)))
+                .unwrap();
+            store.put_trials(run, &trials).unwrap();
+            store.put_cells(run, &cells).unwrap();
+            store.upsert_model(model).unwrap();
+        }
+    }
+    drop(store);
+    let store = Store::open_read_only(&cache).unwrap();
+    let analysis = analyze_store(&store, &Options::default()).unwrap();
+    let html = rendered(&analysis, "report.html");
+    let explorer = html.len() - html.find(r#"<h2 id="explorer">"#).unwrap();
+    // Kept for a look in a browser.
+    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("paper-grid-report.html");
+    std::fs::write(&keep, &html).unwrap();
+    let shown: usize = analysis.explorer.iter().map(|c| c.trials.len()).sum();
+    let echoes: usize = analysis.explorer.iter().map(|c| c.echo_trials).sum();
+    eprintln!(
+        "paper grid: {} series ({} ours), {} cells with trials, {trial_count} trials ({shown} shown, {echoes} echoes); report.html {:.1} MB, of which the trial explorer {:.1} MB",
+        analysis.series.len(),
+        own.models.len(),
+        analysis.explorer.len(),
+        html.len() as f64 / 1e6,
+        explorer as f64 / 1e6
+    );
+    assert_eq!(own.models.len(), 16);
+    // Every cell with trials (wine has no categorical feature for tests 5–6).
+    assert_eq!(analysis.explorer.len(), 16 * 9 * 12 - 16 * 2);
+    assert!(
+        html.len() < 8_000_000,
+        "report.html is {} bytes",
+        html.len()
+    );
+    assert!(analysis.explorer.iter().all(|c| c.trials.len() <= 5));
+
+    // Without the explorer (`report --explorer-trials 0`) the page is the tables and figures.
+    let bare = analyze_store(
+        &store,
+        &Options {
+            explorer_trials: 0,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(bare.explorer.is_empty());
+    let bare_html = rendered(&bare, "report.html");
+    eprintln!(
+        "paper grid without the explorer: report.html {:.1} MB",
+        bare_html.len() as f64 / 1e6
     );
 }

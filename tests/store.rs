@@ -630,6 +630,7 @@ fn models_datasets_runs_and_failures_round_trip() {
         release_date: Some("2024-08-06".into()),
         training_cutoff: Some("2023-10".into()),
         exposure: None,
+        step: Some(1200),
         updated_at: None,
     };
     store.upsert_model(&gpt).unwrap();
@@ -640,6 +641,7 @@ fn models_datasets_runs_and_failures_round_trip() {
     assert_eq!(models[0].label, "GPT-4o (Aug)");
     assert_eq!(models[0].identity, gpt.identity);
     assert!(models[0].updated_at.is_some());
+    assert_eq!(models[0].step, Some(1200));
 
     let iris = DatasetRow {
         id: "iris".into(),

@@ -1,4 +1,4 @@
-//! `diff`: what changed between two models of one cache: cells of tests 1–9 gained and lost,
+//! `diff`: what changed between two models (or two runs, [`diff_runs`]) of one cache: cells of tests 1–9 gained and lost,
 //! and accuracy changes of tests 10–12 with Wilson intervals. Pure Rust over the cell rows
 //! the [`crate::store::Store`] returns (a few thousand rows at most; no DuckDB needed).
 
@@ -26,9 +26,12 @@ fn known_list(known: &[String]) -> String {
     }
 }
 
-/// One cell of a model: (dataset, test, serialization, seed).
+/// One cell of a model: (dataset, test, serialization, seed); in a diff of two runs that
+/// share models, the model too.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct DiffCell {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     pub dataset: String,
     pub number: u8,
     pub test: String,
@@ -84,11 +87,18 @@ fn is_answer_test(test: TestId) -> bool {
 }
 
 fn cells_of<'a>(cells: &'a [CellRow], model: &str) -> BTreeMap<DiffCell, &'a CellRow> {
+    keyed(cells.iter().filter(|c| c.model == model), false)
+}
+
+/// Cells by their diff key, with or without the model.
+fn keyed<'a>(
+    cells: impl Iterator<Item = &'a CellRow>,
+    with_model: bool,
+) -> BTreeMap<DiffCell, &'a CellRow> {
     cells
-        .iter()
-        .filter(|c| c.model == model)
         .map(|c| {
             let key = DiffCell {
+                model: with_model.then(|| c.model.clone()),
                 dataset: c.dataset.clone(),
                 number: c.test.number(),
                 test: c.test.id().to_string(),
@@ -127,8 +137,16 @@ pub fn diff_models(cells: &[CellRow], a: &str, b: &str) -> Result<ModelDiff, Unk
             });
         }
     }
-    let of_a = cells_of(cells, a);
-    let of_b = cells_of(cells, b);
+    Ok(compare(&cells_of(cells, a), &cells_of(cells, b), a, b))
+}
+
+/// Gained and lost cells and accuracy changes from the cells of A to those of B.
+fn compare(
+    of_a: &BTreeMap<DiffCell, &CellRow>,
+    of_b: &BTreeMap<DiffCell, &CellRow>,
+    a: &str,
+    b: &str,
+) -> ModelDiff {
     let mut diff = ModelDiff {
         a: a.to_string(),
         b: b.to_string(),
@@ -149,7 +167,7 @@ pub fn diff_models(cells: &[CellRow], a: &str, b: &str) -> Result<ModelDiff, Unk
             .collect(),
         accuracy: Vec::new(),
     };
-    for (key, cell_a) in &of_a {
+    for (key, cell_a) in of_a {
         let Some(cell_b) = of_b.get(key) else {
             continue;
         };
@@ -180,5 +198,103 @@ pub fn diff_models(cells: &[CellRow], a: &str, b: &str) -> Result<ModelDiff, Unk
             _ => {}
         }
     }
-    Ok(diff)
+    diff
+}
+
+/// A run id that the cache does not hold.
+#[derive(Debug, thiserror::Error)]
+#[error("no run {run} in the cache: known runs are {} (see `tabcontam status`)", known_runs(.known))]
+pub struct UnknownRun {
+    pub run: i64,
+    pub known: Vec<i64>,
+}
+
+fn known_runs(known: &[i64]) -> String {
+    if known.is_empty() {
+        "none (run an experiment first: `tabcontam run SPEC`)".to_string()
+    } else {
+        known
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// What one run still holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSide {
+    pub run: i64,
+    pub spec_name: String,
+    pub started_at: String,
+    /// Models of the cells it holds, by id.
+    pub models: Vec<String>,
+    /// Cells whose current decision is this run's.
+    pub cells: usize,
+}
+
+/// What changed between two runs (see [`diff_runs`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunDiff {
+    pub run_a: RunSide,
+    pub run_b: RunSide,
+    /// `cell`: cells matched by (model, dataset, test, serialization, seed); `cell-across-models`:
+    /// each run holds one model and they differ, so cells are matched without the model.
+    pub matched_by: &'static str,
+    /// What a run diff can and cannot see.
+    pub limitation: &'static str,
+    #[serde(flatten)]
+    pub diff: ModelDiff,
+}
+
+/// Why a run diff compares what it compares.
+pub const RUN_DIFF_LIMITATION: &str = "the cache keeps only each cell's latest decision (trials and cells are replaced when a later run decides the cell again), so a run is represented by the cells it still holds; cells a later run decided again count for that later run, and an old run's earlier verdicts cannot be rebuilt from the cache";
+
+/// Compares the cells whose current decision is run `a`'s with those of run `b`. When each
+/// run holds one model and the models differ (e.g. two checkpoints under their own ids),
+/// cells are matched without the model; otherwise by the full cell key.
+pub fn diff_runs(
+    cells: &[CellRow],
+    runs: &[crate::store::RunRow],
+    a: i64,
+    b: i64,
+) -> Result<RunDiff, UnknownRun> {
+    let find = |run: i64| {
+        runs.iter()
+            .find(|r| r.id.0 == run)
+            .ok_or_else(|| UnknownRun {
+                run,
+                known: runs.iter().map(|r| r.id.0).collect(),
+            })
+    };
+    let (row_a, row_b) = (find(a)?, find(b)?);
+    let held = |run: i64| -> Vec<&CellRow> {
+        cells
+            .iter()
+            .filter(|c| c.run_id.is_some_and(|r| r.0 == run))
+            .collect()
+    };
+    let (held_a, held_b) = (held(a), held(b));
+    let models = |held: &[&CellRow]| -> Vec<String> {
+        let set: BTreeSet<&str> = held.iter().map(|c| c.model.as_str()).collect();
+        set.into_iter().map(str::to_string).collect()
+    };
+    let (models_a, models_b) = (models(&held_a), models(&held_b));
+    let across = models_a.len() == 1 && models_b.len() == 1 && models_a != models_b;
+    let of_a = keyed(held_a.iter().copied(), !across);
+    let of_b = keyed(held_b.iter().copied(), !across);
+    let side = |row: &crate::store::RunRow, models: Vec<String>, cells: usize| RunSide {
+        run: row.id.0,
+        spec_name: row.spec_name.clone(),
+        started_at: row.started_at.clone(),
+        models,
+        cells,
+    };
+    Ok(RunDiff {
+        diff: compare(&of_a, &of_b, &format!("run {a}"), &format!("run {b}")),
+        run_a: side(row_a, models_a, held_a.len()),
+        run_b: side(row_b, models_b, held_b.len()),
+        matched_by: if across { "cell-across-models" } else { "cell" },
+        limitation: RUN_DIFF_LIMITATION,
+    })
 }

@@ -13,6 +13,7 @@
 pub mod calibration;
 pub mod diff;
 pub mod evidence;
+pub mod explorer;
 pub mod export;
 pub mod paper;
 pub mod stats;
@@ -82,6 +83,8 @@ pub enum AnalyzeError {
     },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error("cannot build the trial explorer: {0}")]
+    Explorer(String),
     #[error("{0:#}")]
     Other(#[from] anyhow::Error),
 }
@@ -109,6 +112,8 @@ pub struct Options {
     pub primary_serialization: String,
     /// `paper` (default) or `strict` (echo passes and high-chance cells do not count).
     pub scoring: Scoring,
+    /// Trials kept per cell for the report's trial explorer (0: no explorer).
+    pub explorer_trials: usize,
 }
 
 impl Default for Options {
@@ -116,6 +121,7 @@ impl Default for Options {
         Options {
             primary_serialization: DEFAULT_SERIALIZATION.to_string(),
             scoring: Scoring::Paper,
+            explorer_trials: explorer::DEFAULT_TRIALS_SHOWN,
         }
     }
 }
@@ -155,6 +161,8 @@ pub struct Analytics {
     datasets: Vec<DatasetInfo>,
     /// Cell keys of the trials loaded so far, with their ids.
     trial_cells: HashMap<CellKey, u32>,
+    /// Training steps of checkpoint models, by model id (for the timeline).
+    steps: HashMap<String, u64>,
 }
 
 impl std::fmt::Debug for Analytics {
@@ -193,6 +201,7 @@ impl Analytics {
             conn,
             datasets: Vec::new(),
             trial_cells: HashMap::new(),
+            steps: HashMap::new(),
         };
         analytics.load_datasets(&[])?;
         Ok(analytics)
@@ -202,6 +211,9 @@ impl Analytics {
     pub fn load_models(&mut self, models: &[ModelRow]) -> Result<()> {
         let mut appender = self.conn.appender("models").doing("loading models")?;
         for m in models {
+            if let Some(step) = m.step {
+                self.steps.insert(m.id.clone(), step);
+            }
             appender
                 .append_row(params![
                     m.id,
@@ -410,6 +422,9 @@ impl Analytics {
         timings.lap(PREPARE_SQL.0);
 
         let mut series = self.contamination()?;
+        for s in &mut series {
+            s.step = self.steps.get(&s.key.model).copied();
+        }
         timings.lap(CONTAMINATION_SQL.0);
         let mut accuracy = self.accuracy()?;
         timings.lap(ACCURACY_SQL.0);
@@ -462,6 +477,8 @@ impl Analytics {
             scoring_rule: options.scoring.rule(),
             evidence: Vec::new(),
             calibration: None,
+            explorer: Vec::new(),
+            explorer_trials: options.explorer_trials,
         })
     }
 
@@ -509,6 +526,7 @@ impl Analytics {
                     family: r.get("family")?,
                     release_date: r.get("release_date")?,
                     training_cutoff: r.get("training_cutoff")?,
+                    step: None,
                     serialization: r.get("serialization")?,
                     datasets,
                     passed,
@@ -917,6 +935,11 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     analysis.evidence = evidence::evidence(&cells, &trials);
     analysis.calibration =
         calibration::calibrate(&models, &scored, &trials, &options.primary_serialization);
+    if options.explorer_trials > 0 {
+        analysis.explorer =
+            explorer::explorer_cells(store, &trials, &analysis, options.explorer_trials)?;
+    }
+    analysis.explorer_trials = options.explorer_trials;
     Ok(analysis)
 }
 

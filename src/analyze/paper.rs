@@ -341,6 +341,7 @@ fn model_row(id: &str, stem: &str, label: Option<&String>) -> ModelRow {
         release_date: known.map(|k| k.release_date.to_string()),
         training_cutoff: known.and_then(|k| k.training_cutoff.map(str::to_string)),
         exposure: None,
+        step: None,
         updated_at: None,
     }
 }

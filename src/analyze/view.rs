@@ -51,6 +51,11 @@ pub struct Analysis {
     pub evidence: Vec<super::evidence::EvidenceCell>,
     /// The calibration study, when some model declares its exposure (SPEC §8).
     pub calibration: Option<super::calibration::Calibration>,
+    /// Every cell of ours with its trials (prompt, output, expected, echo), in Table 2's
+    /// order: the report's trial explorer. Imported results have none.
+    pub explorer: Vec<super::explorer::ExplorerCell>,
+    /// The most trials `explorer` keeps per cell (0: no explorer).
+    pub explorer_trials: usize,
 }
 
 /// One cell's count against its chance level (SPEC §8 "Significance").
@@ -113,6 +118,8 @@ pub struct SeriesScores {
     pub family: Option<String>,
     pub release_date: Option<String>,
     pub training_cutoff: Option<String>,
+    /// Training step of a checkpoint (spec key `step`), for the timeline.
+    pub step: Option<u64>,
     /// The template this series' scores come from: the primary one, or, when the series
     /// has no cell under it, the first of its own templates by id (never a mix). Tests 1,
     /// 2, 3 and 6 have no rows: their cells are shared by every template. `None` when the

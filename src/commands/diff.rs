@@ -1,9 +1,10 @@
-//! `tabcontam diff A B`: cells gained and lost and accuracy changes between two models.
+//! `tabcontam diff A B`: cells gained and lost and accuracy changes between two models, or
+//! (`--runs`) between two runs.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::analyze::diff::{AccuracySide, DiffCell, diff_models};
+use crate::analyze::diff::{AccuracySide, DiffCell, ModelDiff, diff_models, diff_runs};
 use crate::cli::DiffArgs;
 use crate::store::Store;
 
@@ -16,13 +17,64 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let store = Store::open_read_only(cache)?;
-    let diff = diff_models(&store.cells()?, &args.a, &args.b)?;
     let mut out = std::io::stdout().lock();
+    if args.runs {
+        let run_id = |text: &str| {
+            text.trim_start_matches('#').parse::<i64>().map_err(|_| {
+                anyhow::anyhow!(
+                    "with --runs, A and B are run ids (numbers, see `tabcontam status`), got `{text}`"
+                )
+            })
+        };
+        let (a, b) = (run_id(&args.a)?, run_id(&args.b)?);
+        let runs = store.runs()?;
+        let diff = diff_runs(&store.cells()?, &runs, a, b)?;
+        if args.json {
+            serde_json::to_writer_pretty(&mut out, &diff)?;
+            writeln!(out)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        for side in [&diff.run_a, &diff.run_b] {
+            writeln!(
+                out,
+                "run {} ({}, started {}): holds {} cells of {}",
+                side.run,
+                side.spec_name,
+                side.started_at,
+                side.cells,
+                if side.models.is_empty() {
+                    "no model".to_string()
+                } else {
+                    side.models.join(", ")
+                }
+            )?;
+        }
+        if diff.matched_by == "cell-across-models" {
+            writeln!(
+                out,
+                "one model each: cells matched by dataset, test, template and seed"
+            )?;
+        }
+        writeln!(
+            out,
+            "note: {}
+",
+            diff.limitation
+        )?;
+        print_diff(&mut out, &diff.diff)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let diff = diff_models(&store.cells()?, &args.a, &args.b)?;
     if args.json {
         serde_json::to_writer_pretty(&mut out, &diff)?;
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
+    print_diff(&mut out, &diff)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_diff(out: &mut impl Write, diff: &ModelDiff) -> std::io::Result<()> {
     writeln!(
         out,
         "{} → {}: {} cells of tests 1–9 in both; passed {} → {} ({} gained, {} lost)",
@@ -78,11 +130,14 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn cell_name(cell: &DiffCell) -> String {
-    let mut name = format!("{} {}", cell.dataset, cell.test);
+    let mut name = match &cell.model {
+        Some(model) => format!("{model}: {} {}", cell.dataset, cell.test),
+        None => format!("{} {}", cell.dataset, cell.test),
+    };
     if let Some(serialization) = &cell.serialization {
         name.push_str(&format!(" [{serialization}]"));
     }

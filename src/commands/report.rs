@@ -35,6 +35,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
                     )
                 })?,
             },
+            explorer_trials: args.explorer_trials,
         },
     )
     .with_context(|| format!("analyzing {}", cache.display()))?;

@@ -12,9 +12,11 @@
 
 mod csv;
 mod evidence_page;
+pub mod explorer;
 mod page;
 pub mod svg;
 pub mod tex;
+pub mod timeline;
 
 use std::path::Path;
 

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::Context;
 use askama::Template;
 
+use super::explorer::{Anchors, ExplorerSeries, PromptView};
 use super::svg::{self, Point, Square};
+use super::timeline;
 use super::{File, Options, file_stem};
 use crate::analyze::{Analysis, Interval, MeanAccuracy, SeriesKey, SeriesScores};
 use crate::probe::{TestId, TestKind};
@@ -52,6 +54,26 @@ pub struct Page {
     pub controls: Vec<ControlRow>,
     pub suspected: Vec<SuspectedRow>,
     pub examples: Vec<ExampleGroup>,
+    /// Every trial of our cells (HTML only).
+    pub explorer: Vec<ExplorerSeries>,
+    /// The explorer's distinct prompts, each shown once.
+    pub explorer_prompts: Vec<PromptView>,
+    pub explorer_trials_cap: usize,
+    /// One figure per model family with two or more placed versions.
+    pub timelines: Vec<TimelineView>,
+}
+
+pub struct TimelineView {
+    pub anchor: String,
+    pub family: String,
+    pub axis: &'static str,
+    pub svg: String,
+    /// pgfplots figure (already escaped).
+    pub tikz: String,
+    pub file_stem: String,
+    /// Versions in order, with their x value as shown.
+    pub versions: String,
+    pub left_out: String,
 }
 
 pub struct DatasetCol {
@@ -81,6 +103,8 @@ pub struct Table2Row {
     pub one_shot: String,
     /// Mean over cells of the fraction of samples that pass (with several samples).
     pub sample_contamination: String,
+    /// The series' section of the trial explorer, when it has trials.
+    pub explorer_anchor: Option<String>,
     /// The best value of each column is bold, as in the paper.
     pub best_contamination: bool,
     pub best_membership: bool,
@@ -145,6 +169,8 @@ pub struct AccuracyRow {
 pub struct AccuracyCellView {
     pub value: String,
     pub detail: String,
+    /// The cell's trials in the explorer.
+    pub anchor: Option<String>,
 }
 
 pub struct CorrelationRow {
@@ -292,10 +318,24 @@ impl Page {
             .collect();
 
         let sample_rates = sample_rates(analysis);
+        let (explorer, explorer_prompts, anchors) =
+            super::explorer::explorer(analysis, &dataset_name, &test_name);
+        let mut table2 = table2(&analysis.series);
+        for (row, s) in table2.iter_mut().zip(0..) {
+            let anchor = format!("explorer-{}", s + 1);
+            row.explorer_anchor = explorer
+                .iter()
+                .any(|e| e.anchor == anchor)
+                .then_some(anchor);
+        }
         Page {
             scoring_rule: analysis.scoring_rule.clone(),
             evidence: super::evidence_page::evidence_rows(analysis),
             calibration: super::evidence_page::calibration_view(analysis),
+            explorer,
+            explorer_prompts,
+            explorer_trials_cap: analysis.explorer_trials,
+            timelines: timelines(analysis),
             timestamp: options.timestamp.clone(),
             sampled: analysis.series.iter().any(|s| s.samples > 1),
             sample_rule: crate::probe::SAMPLE_RULE,
@@ -313,8 +353,8 @@ impl Page {
                     kind: kind_name(t.kind),
                 })
                 .collect(),
-            table2: table2(&analysis.series),
-            heatmaps: heatmaps(analysis),
+            table2,
+            heatmaps: heatmaps(analysis, &anchors),
             test_rates: analysis
                 .test_pass_rates
                 .iter()
@@ -335,7 +375,7 @@ impl Page {
                     rate: opt(r.rate),
                 })
                 .collect(),
-            accuracy_tables: accuracy_tables(analysis, &datasets),
+            accuracy_tables: accuracy_tables(analysis, &datasets, &anchors),
             significance: significance_rows(analysis),
             significance_note: crate::significance::MULTIPLE_COMPARISONS_NOTE,
             verbatim_rule: crate::probe::VERBATIM_RULE,
@@ -471,6 +511,12 @@ impl Page {
             files.push(File {
                 name: format!("heatmap-{}.tex", heatmap.file_stem),
                 contents: heatmap.tikz.clone(),
+            });
+        }
+        for t in &self.timelines {
+            files.push(File {
+                name: format!("timeline-{}.tex", t.file_stem),
+                contents: t.tikz.clone(),
             });
         }
         Ok(files)
@@ -633,6 +679,7 @@ fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {
             zero_shot: mean(&s.zero_shot),
             one_shot: mean(&s.one_shot),
             sample_contamination: opt(s.sample_contamination),
+            explorer_anchor: None,
             best_contamination: is_best(s.contamination, best_contamination),
             best_membership: is_best(s.membership.as_ref().map(|m| m.mean), best_membership),
             best_zero_shot: is_best(s.zero_shot.as_ref().map(|m| m.mean), best_zero),
@@ -685,7 +732,7 @@ fn sample_rates(analysis: &Analysis) -> Vec<SampleRateTable> {
         .collect()
 }
 
-fn heatmaps(analysis: &Analysis) -> Vec<Heatmap> {
+fn heatmaps(analysis: &Analysis, anchors: &Anchors) -> Vec<Heatmap> {
     let tests: Vec<_> = analysis.tests.iter().filter(|t| t.number <= 9).collect();
     let test_names: [String; 9] =
         std::array::from_fn(|i| tests.get(i).map_or_else(String::new, |t| t.name.clone()));
@@ -736,9 +783,20 @@ fn heatmaps(analysis: &Analysis) -> Vec<Heatmap> {
                 stem = format!("{stem}-{seen}");
             }
             let tikz = heatmap_tikz(&title, &test_names, &dataset_names, squares);
+            let links: Vec<(usize, usize, String)> = (0..dataset_names.len())
+                .flat_map(|d| (0..9).map(move |t| (d, t)))
+                .filter_map(|(d, t)| {
+                    let anchor = anchors.by_cell.get(&(index, d + 1, t as u8 + 1))?;
+                    Some((d, t, anchor.clone()))
+                })
+                .collect();
+            let svg = svg::link_heatmap(
+                &svg::heatmap(&title, &test_names, &dataset_names, squares),
+                &links,
+            );
             Some(Heatmap {
                 anchor: format!("heatmap-{}", index + 1),
-                svg: svg::heatmap(&title, &test_names, &dataset_names, squares),
+                svg,
                 tikz,
                 label: s.label.clone(),
                 model: s.key.model.clone(),
@@ -790,7 +848,23 @@ fn heatmap_tikz(
     .expect("templates/heatmap.tex renders plain values")
 }
 
-fn accuracy_tables(analysis: &Analysis, datasets: &[DatasetCol]) -> Vec<AccuracyTable> {
+fn accuracy_tables(
+    analysis: &Analysis,
+    datasets: &[DatasetCol],
+    anchors: &Anchors,
+) -> Vec<AccuracyTable> {
+    let series_index: HashMap<&SeriesKey, usize> = analysis
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (&s.key, i))
+        .collect();
+    let dataset_position: HashMap<&str, usize> = analysis
+        .datasets
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.id.as_str(), i + 1))
+        .collect();
     let specs = [
         (
             TestId::Membership,
@@ -839,6 +913,10 @@ fn accuracy_tables(analysis: &Analysis, datasets: &[DatasetCol]) -> Vec<Accuracy
                         .map(
                             |d| match cells.iter().find(|c| c.key == s.key && c.dataset == d.id) {
                                 Some(c) => AccuracyCellView {
+                                    anchor: series_index.get(&s.key).and_then(|&i| {
+                                        let d = *dataset_position.get(d.id.as_str())?;
+                                        anchors.by_cell.get(&(i, d, test.number())).cloned()
+                                    }),
                                     value: fixed2(c.accuracy),
                                     detail: format!(
                                         "{}/{} correct, 95% CI {}, {} invalid{}",
@@ -853,6 +931,7 @@ fn accuracy_tables(analysis: &Analysis, datasets: &[DatasetCol]) -> Vec<Accuracy
                                     ),
                                 },
                                 None => AccuracyCellView {
+                                    anchor: None,
                                     value: NONE.to_string(),
                                     detail: "not evaluated".to_string(),
                                 },
@@ -882,6 +961,44 @@ fn accuracy_tables(analysis: &Analysis, datasets: &[DatasetCol]) -> Vec<Accuracy
         });
     }
     tables
+}
+
+fn timelines(analysis: &Analysis) -> Vec<TimelineView> {
+    let mut stems: HashMap<String, usize> = HashMap::new();
+    timeline::timelines(&analysis.series)
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut stem = file_stem(&t.family);
+            let seen = stems.entry(stem.clone()).or_insert(0);
+            *seen += 1;
+            if *seen > 1 {
+                stem = format!("{stem}-{seen}");
+            }
+            let (axis, x_text): (&'static str, fn(f64) -> String) = match t.axis {
+                timeline::Axis::Step => ("training step", |x| format!("step {x:.0}")),
+                timeline::Axis::ReleaseDate => ("release date", |x| {
+                    let year = x.floor();
+                    format!("{year:.0}-{:02}", ((x - year) * 12.0).round() as i64 + 1)
+                }),
+            };
+            TimelineView {
+                anchor: format!("timeline-{}", i + 1),
+                family: t.family.clone(),
+                axis,
+                svg: timeline::svg(&t),
+                tikz: timeline::tikz(&t),
+                file_stem: stem,
+                versions: t
+                    .points
+                    .iter()
+                    .map(|p| format!("{} ({})", p.label, x_text(p.x)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                left_out: t.left_out.join(", "),
+            }
+        })
+        .collect()
 }
 
 fn scatter(series: &[SeriesScores]) -> Option<String> {

@@ -208,6 +208,35 @@ fn draw_scatter<DB: DrawingBackend>(
     Ok(())
 }
 
+/// A label for a figure: control characters blanked, cut at `max_chars`.
+pub fn clean_label(text: &str, max_chars: usize) -> String {
+    cut(text, max_chars)
+}
+
+/// Makes heatmap squares links: `links` holds (dataset column, test row, anchor) with
+/// anchors made of ASCII letters, digits and `-` only (others are skipped: an anchor is
+/// written into an attribute unescaped). An invisible square over each cell, on top.
+pub fn link_heatmap(svg: &str, links: &[(usize, usize, String)]) -> String {
+    let mut extra = String::new();
+    for (d, t, anchor) in links {
+        if anchor.is_empty()
+            || !anchor
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            continue;
+        }
+        let (x, y) = (LEFT + *d as i32 * CELL, TITLE + TOP + *t as i32 * CELL);
+        extra.push_str(&format!(
+            r##"<a href="#{anchor}"><rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="#000" fill-opacity="0"><title>trials</title></rect></a>"##
+        ));
+    }
+    match svg.rfind("</svg>") {
+        Some(end) => format!("{}{extra}{}", &svg[..end], &svg[end..]),
+        None => svg.to_string(),
+    }
+}
+
 fn cut(text: &str, max_chars: usize) -> String {
     // Control characters would make the SVG text invalid XML (plotters escapes only markup).
     let clean: String = text

@@ -29,6 +29,10 @@ pub struct ModelSpec {
     /// Training data cut-off if known, for negative controls.
     #[serde(default)]
     pub training_cutoff: Option<String>,
+    /// Training step of a checkpoint: the report's timeline orders a family by it (when
+    /// every member has one) instead of by release date.
+    #[serde(default)]
+    pub step: Option<u64>,
     pub backend: BackendKind,
     #[serde(default)]
     pub api: ApiMode,

@@ -296,6 +296,7 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
             release_date: model.release_date.clone(),
             training_cutoff: model.training_cutoff.clone(),
             exposure: super::local_exec::declared_exposure(model, spec_dir)?,
+            step: model.step,
             updated_at: None,
         })?;
     }

@@ -187,6 +187,31 @@ impl Store {
             .at(&self.path)
     }
 
+    /// The prompt text of each stored request among `keys` (for the report's trial
+    /// explorer; missing keys are simply absent).
+    pub fn prompts_of(&self, keys: &[RequestKey]) -> Result<HashMap<RequestKey, String>> {
+        let mut found = HashMap::with_capacity(keys.len().min(1 << 20));
+        let tx = self.conn.unchecked_transaction().at(&self.path)?;
+        for chunk in keys.chunks(PROBE_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(",");
+            let sql = format!(
+                "SELECT q.key, p.text FROM requests q JOIN prompts p ON p.id = q.prompt_id
+                 WHERE q.key IN ({placeholders})"
+            );
+            let mut stmt = tx.prepare_cached(&sql).at(&self.path)?;
+            let mut rows = stmt
+                .query(params_from_iter(chunk.iter().map(|k| k.0)))
+                .at(&self.path)?;
+            while let Some(row) = rows.next().at(&self.path)? {
+                found.insert(
+                    RequestKey(row.get(0).at(&self.path)?),
+                    row.get(1).at(&self.path)?,
+                );
+            }
+        }
+        Ok(found)
+    }
+
     /// Whether a lookup of `wanted` keys is cheaper as one scan of all responses.
     fn should_scan(&self, wanted: usize) -> Result<bool> {
         // max(id) is one B-tree descent, unlike count(*); ids are never reused since

@@ -39,6 +39,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0005_significance",
         sql: include_str!("../../schema/sqlite/0005_significance.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_model_step",
+        sql: include_str!("../../schema/sqlite/0006_model_step.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
@@ -121,6 +126,7 @@ mod tests {
             "fd41fa467da1aaa391082cc4645e6c309dde97023e446130cf234dd4bc7001b4",
             "2cf11a4128b5be1eaf7561a5288997324c72f2bfcd3572cbcc32a021050a0394",
             "9f2d093fa92d71c8c44745aa27e34d27da3859365eb405e40870517ea45921ae",
+            "963442b20bc0131b17960e48dae2139c81c3bf4b7759e19ac0d74bbaec24b83c",
         ];
         assert_eq!(
             pinned.len(),

@@ -79,6 +79,9 @@ pub struct ModelRow {
     /// What the model was deliberately trained on (calibration studies, SPEC §8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exposure: Option<crate::exposure::Exposure>,
+    /// Training step of a checkpoint (spec key `step`); orders the report's timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
     /// Set by the store on write; ignored by [`Store::upsert_model`].
     pub updated_at: Option<String>,
 }
@@ -99,6 +102,7 @@ impl ModelRow {
             exposure: row
                 .get::<_, Option<String>>("exposure")?
                 .and_then(|text| serde_json::from_str(&text).ok()),
+            step: row.get::<_, Option<i64>>("step")?.map(|s| s as u64),
             updated_at: row.get("updated_at")?,
         })
     }
@@ -214,13 +218,13 @@ impl Store {
         let tx = self.write()?;
         tx.execute(
             &format!(
-                "INSERT INTO models (id, label, family, backend, model, revision, release_date, training_cutoff, exposure, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, {NOW})
+                "INSERT INTO models (id, label, family, backend, model, revision, release_date, training_cutoff, exposure, step, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})
                  ON CONFLICT (id) DO UPDATE SET
                    label = excluded.label, family = excluded.family, backend = excluded.backend,
                    model = excluded.model, revision = excluded.revision,
                    release_date = excluded.release_date, training_cutoff = excluded.training_cutoff,
-                   exposure = excluded.exposure, updated_at = excluded.updated_at"
+                   exposure = excluded.exposure, step = excluded.step, updated_at = excluded.updated_at"
             ),
             (
                 &model.id,
@@ -235,6 +239,7 @@ impl Store {
                     .exposure
                     .as_ref()
                     .map(|e| serde_json::to_string(e).expect("Exposure serializes to JSON")),
+                model.step.map(|s| s as i64),
             ),
         )
         .at(&path)?;
