@@ -284,6 +284,12 @@ fn load_average() -> String {
 }
 
 fn main() {
+    // As the `tabcontam` binary does (src/main.rs): candle's elementwise ops on the calling
+    // thread instead of its spinning barrier pool.
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: first thing in `main`, before any other thread exists.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+    }
     let model_path = std::env::var_os("BENCH_MODEL").map_or_else(
         || assets_dir().join("models").join(DEFAULT_MODEL_FILE),
         PathBuf::from,
