@@ -238,11 +238,11 @@ fn generate_model(
 pub fn tokenize_all(
     local: &LocalModel,
     requests: &[Request],
-) -> Result<Vec<Vec<u32>>, (crate::infer::LocalError, usize)> {
+) -> Result<Vec<Vec<u32>>, (Box<crate::infer::LocalError>, usize)> {
     requests
         .iter()
         .enumerate()
-        .map(|(i, r)| local.tokenize(&r.prompt).map_err(|e| (e, i)))
+        .map(|(i, r)| local.tokenize(&r.prompt).map_err(|e| (Box::new(e), i)))
         .collect()
 }
 
