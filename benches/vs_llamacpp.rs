@@ -1,18 +1,24 @@
 //! The demo workload through tabcontam's in-process engine and through llama.cpp's own
 //! server, in one run: the requests of `experiments/demo.toml` (built by the library's
 //! planner, exactly what `tabcontam run` sends), the same GGUF file, the same max tokens,
-//! greedy. Prints wall time, prefill and decode tokens per second and the wall-time ratio.
+//! greedy. Prints, per engine, the median wall time over the rounds, prefill and decode
+//! tokens per second, and the wall-time ratio.
 //!
-//! llama-server runs in its best configuration here: `-np 4` parallel slots (continuous
-//! batching, requests sent four at a time) with its prompt cache on, all cores. Our engine
-//! runs the requests the way `tabcontam run` does (consecutive requests with the same
-//! parameters in micro-batches of the spec's `max_batch`, shared prefixes encoded once).
+//! Our engine runs the requests exactly as `tabcontam run` does
+//! ([`local_exec::schedule`]: prompts tokenized once, grouped by everything but their
+//! token budget, sorted by token ids into micro-batches of the spec's `max_batch`, shared
+//! prefixes encoded once). llama-server runs with its prompt cache on and continuous
+//! batching, threads = cores, once per parallel-slot count of `BENCH_LLAMA_SLOTS`
+//! (requests sent that many at a time); the best configuration is the one compared.
+//!
+//! The machine may be shared: the engines run interleaved (ours, then each llama-server
+//! configuration, round after round) and the table shows medians; the load average is
+//! printed before and after.
 //!
 //! `cargo bench --bench vs_llamacpp` (env: `TABCONTAM_TEST_ASSETS` (the SmolLM2 GGUF under
 //! `models/`, `llama-server` under `bin/`), `BENCH_MODEL` (another GGUF), `BENCH_SPEC`
-//! (another spec), `BENCH_LLAMA_SLOTS` (4), `BENCH_LLAMA_THREADS` (all cores),
-//! `BENCH_ROUNDS` (1: repeats of each engine, the
-//! best wall time is kept), `BENCH_LIMIT` (the first N requests only)).
+//! (another spec), `BENCH_LLAMA_SLOTS` (`1,2,4`), `BENCH_LLAMA_THREADS` (all cores),
+//! `BENCH_ROUNDS` (3), `BENCH_LIMIT` (the first N requests only)).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,8 +27,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tabcontam::infer::fetch::DEFAULT_MODEL_FILE;
 use tabcontam::infer::{LocalModel, LocalOptions};
-use tabcontam::llm::{GenerationParams, Request};
-use tabcontam::run::session;
+use tabcontam::llm::Request;
+use tabcontam::run::{local_exec, session};
 
 fn assets_dir() -> PathBuf {
     std::env::var_os("TABCONTAM_TEST_ASSETS").map_or_else(
@@ -89,48 +95,21 @@ fn demo_requests(spec: &Path) -> (Vec<Request>, usize) {
     (requests, max_batch)
 }
 
-/// tabcontam's engine, batching as `run::local_exec::send_local` does (consecutive
-/// requests with equal parameters), or, with `mixed_budgets`, also joining consecutive
-/// requests that differ only in max tokens ([`LocalModel::generate_batch_budgets`]).
-fn run_tabcontam(
-    model: &mut LocalModel,
-    requests: &[Request],
-    max_batch: usize,
-    mixed_budgets: bool,
-) -> Measured {
+/// tabcontam's engine on the requests, scheduled as `tabcontam run` schedules them;
+/// texts in request order.
+fn run_tabcontam(model: &mut LocalModel, requests: &[Request], max_batch: usize) -> Measured {
     model.clear_prefix_cache();
     model.reset_stats();
     let started = Instant::now();
-    let mut texts = Vec::with_capacity(requests.len());
-    let mut index = 0;
-    while index < requests.len() {
-        let first = &requests[index];
-        let mut end = index + 1;
-        let joins = |r: &Request| {
-            if mixed_budgets {
-                GenerationParams {
-                    max_tokens: first.params.max_tokens,
-                    ..r.params.clone()
-                } == first.params
-            } else {
-                r.params == first.params
-            }
-        };
-        while end < requests.len()
-            && end - index < max_batch
-            && joins(&requests[end])
-            && requests[end].sample == first.sample
-        {
-            end += 1;
+    let tokenized = local_exec::tokenize_all(model, requests)
+        .map_err(|(error, _)| error)
+        .expect("tokenize");
+    let mut texts = vec![String::new(); requests.len()];
+    for batch in local_exec::schedule(requests, &tokenized, max_batch) {
+        let responses = local_exec::respond(model, requests, &tokenized, &batch).expect("generate");
+        for (&i, response) in batch.iter().zip(responses) {
+            texts[i] = response.text;
         }
-        let batch = &requests[index..end];
-        let prompts: Vec<&str> = batch.iter().map(|r| r.prompt.as_str()).collect();
-        let budgets: Vec<u32> = batch.iter().map(|r| r.params.max_tokens).collect();
-        let responses = model
-            .generate_batch_budgets(&prompts, &budgets, &first.params, first.sample)
-            .expect("generate");
-        texts.extend(responses.into_iter().map(|r| r.text));
-        index = end;
     }
     let wall = started.elapsed();
     let stats = model.stats();
@@ -288,13 +267,29 @@ fn peak_rss_mib() -> f64 {
     usage.ru_maxrss as f64 / 1024.0
 }
 
-fn best(runs: Vec<Measured>) -> Measured {
-    runs.into_iter()
-        .min_by_key(|m| m.wall)
-        .expect("at least one round")
+/// The run with the median wall time (the lower middle one for an even count), and the
+/// fastest and slowest wall times.
+fn median(mut runs: Vec<Measured>) -> (Measured, f64, f64) {
+    runs.sort_by_key(|m| m.wall);
+    let low = runs.first().map_or(0.0, |m| m.wall.as_secs_f64());
+    let high = runs.last().map_or(0.0, |m| m.wall.as_secs_f64());
+    let middle = (runs.len() - 1) / 2;
+    (runs.swap_remove(middle), low, high)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn main() {
+    // As the `tabcontam` binary does (src/main.rs): candle's elementwise ops on the calling
+    // thread instead of its spinning barrier pool.
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: first thing in `main`, before any other thread exists.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+    }
     let model_path = std::env::var_os("BENCH_MODEL").map_or_else(
         || assets_dir().join("models").join(DEFAULT_MODEL_FILE),
         PathBuf::from,
@@ -309,105 +304,139 @@ fn main() {
     }
     // Without the server, our engine is still measured (a skip of the comparison).
     let have_server = require(&server_binary, "scripts/install-test-server.sh");
-    let slots = env_number("BENCH_LLAMA_SLOTS", 4);
-    let rounds = env_number("BENCH_ROUNDS", 1).max(1);
+    let slot_counts: Vec<usize> = std::env::var("BENCH_LLAMA_SLOTS")
+        .unwrap_or_else(|_| "1,2,4".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .collect();
+    let rounds = env_number("BENCH_ROUNDS", 3).max(1);
     let (mut requests, max_batch) = demo_requests(&spec);
     requests.truncate(env_number("BENCH_LIMIT", requests.len()));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("spec: {} ({} requests)", spec.display(), requests.len());
     println!("model: {}", model_path.display());
     println!(
-        "greedy, max tokens per request as planned ({} in all); {threads} cores",
+        "greedy, max tokens per request as planned ({} in all); {threads} cores; {rounds} rounds, engines interleaved",
         requests.iter().map(|r| r.params.max_tokens).sum::<u32>()
     );
+    let load_before = load_average();
 
     let loading = Instant::now();
     let mut model = LocalModel::load(&model_path, &LocalOptions::default()).expect("load model");
     let load_seconds = loading.elapsed().as_secs_f64();
-    let ours = best(
-        (0..rounds)
-            .map(|_| run_tabcontam(&mut model, &requests, max_batch, false))
-            .collect(),
-    );
-    let mixed = best(
-        (0..rounds)
-            .map(|_| run_tabcontam(&mut model, &requests, max_batch, true))
-            .collect(),
-    );
+    let logs = tempfile::tempdir().expect("temp dir");
+    let servers: Vec<(usize, Server)> = if have_server {
+        slot_counts
+            .iter()
+            .map(|&slots| {
+                let log = logs.path().join(format!("llama-server-{slots}.log"));
+                (
+                    slots,
+                    start_llama_server(&server_binary, &model_path, slots, &log),
+                )
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut ours = Vec::with_capacity(rounds);
+    let mut theirs: Vec<Vec<Measured>> = servers.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        let measured = run_tabcontam(&mut model, &requests, max_batch);
+        eprintln!(
+            "round {}: tabcontam {:.2} s (load {})",
+            round + 1,
+            measured.wall.as_secs_f64(),
+            load_average()
+        );
+        ours.push(measured);
+        for ((slots, server), runs) in servers.iter().zip(&mut theirs) {
+            let measured = run_llama(server.port, &requests, *slots);
+            eprintln!(
+                "round {}: llama-server -np {slots} {:.2} s (load {})",
+                round + 1,
+                measured.wall.as_secs_f64(),
+                load_average()
+            );
+            runs.push(measured);
+        }
+    }
     let our_rss = peak_rss_mib();
     drop(model);
+    drop(servers);
+    let load_after = load_average();
 
-    let mut rows = vec![
-        (format!("tabcontam, as run (batch {max_batch})"), &ours),
-        (format!("tabcontam, mixed budgets ({max_batch})"), &mixed),
-    ];
-    let llama = have_server.then(|| {
-        let logs = tempfile::tempdir().expect("temp dir");
-        let loading = Instant::now();
-        let server = start_llama_server(
-            &server_binary,
-            &model_path,
-            slots,
-            &logs.path().join("llama-server.log"),
-        );
-        let server_load_seconds = loading.elapsed().as_secs_f64();
-        let theirs = best(
-            (0..rounds)
-                .map(|_| run_llama(server.port, &requests, slots))
-                .collect(),
-        );
-        (theirs, server_load_seconds)
-    });
-    if let Some((theirs, _)) = &llama {
-        rows.push((format!("llama-server (-np {slots}, prompt cache)"), theirs));
-    }
+    let (ours, our_low, our_high) = median(ours);
+    let theirs: Vec<(usize, (Measured, f64, f64))> = slot_counts
+        .iter()
+        .copied()
+        .zip(theirs.into_iter().map(median))
+        .collect();
+    let best = theirs
+        .iter()
+        .min_by_key(|(_, (m, _, _))| m.wall)
+        .map(|(slots, _)| *slots);
 
     println!();
     println!(
-        "{:<34} {:>8} {:>14} {:>13} {:>10} {:>12}",
-        "engine", "wall s", "prompt tokens", "prefill t/s", "generated", "decode t/s"
+        "{:<36} {:>8} {:>15} {:>14} {:>12} {:>10} {:>11}",
+        "engine (median of rounds)",
+        "wall s",
+        "min-max s",
+        "prompt tokens",
+        "prefill t/s",
+        "generated",
+        "decode t/s"
     );
-    for (name, m) in rows {
+    let row = |name: String, (m, low, high): &(Measured, f64, f64)| {
         println!(
-            "{name:<34} {:>8.2} {:>14} {:>13.1} {:>10} {:>12.1}",
+            "{name:<36} {:>8.2} {:>15} {:>14} {:>12.1} {:>10} {:>11.1}",
             m.wall.as_secs_f64(),
+            format!("{low:.1}-{high:.1}"),
             m.prompt_tokens,
             m.prefill_rate(),
             m.generated,
             m.decode_rate()
         );
+    };
+    let ours = (ours, our_low, our_high);
+    row(
+        format!("tabcontam (run's schedule, batch {max_batch})"),
+        &ours,
+    );
+    for (slots, measured) in &theirs {
+        let mark = if Some(*slots) == best { " *" } else { "" };
+        row(
+            format!("llama-server -np {slots}, prompt cache{mark}"),
+            measured,
+        );
     }
     println!();
     println!("model load: {load_seconds:.2} s (not in wall times)");
-    let Some((theirs, server_load_seconds)) = llama else {
+    println!("load average (1, 5, 15 min): {load_before} before, {load_after} after");
+    println!("peak RSS of this process after the in-process runs: {our_rss:.0} MiB");
+    let Some((slots, (best_run, _, _))) = theirs.iter().find(|(s, _)| Some(*s) == best) else {
         println!("llama-server: not measured");
-        println!("peak RSS of this process after the in-process runs: {our_rss:.0} MiB");
         return;
     };
-    let same_mixed = mixed
-        .texts
-        .iter()
-        .zip(&theirs.texts)
-        .filter(|(a, b)| a == b)
-        .count();
     let same = ours
+        .0
         .texts
         .iter()
-        .zip(&theirs.texts)
+        .zip(&best_run.texts)
         .filter(|(a, b)| a == b)
         .count();
     println!(
-        "wall-time ratio (llama-server / tabcontam): {:.2}x as run, {:.2}x with mixed budgets (goal >= 1.20x)",
-        theirs.wall.as_secs_f64() / ours.wall.as_secs_f64(),
-        theirs.wall.as_secs_f64() / mixed.wall.as_secs_f64()
+        "wall-time ratio (llama-server's best, -np {slots} / tabcontam): {:.2}x (goal >= 1.20x)",
+        best_run.wall.as_secs_f64() / ours.0.wall.as_secs_f64()
     );
     println!(
-        "outputs identical to llama-server's: {same}/{} as run, {same_mixed} mixed; llama-server start {server_load_seconds:.2} s (not in wall times)",
+        "outputs identical to llama-server's: {same}/{}",
         requests.len()
     );
     println!(
         "prompt tokens: those run through the model (shared prefixes and cached prompts count once); \
 rates: tabcontam per micro-batch, llama-server from its per-request timings (summed over parallel slots)"
     );
-    println!("peak RSS of this process after the in-process runs: {our_rss:.0} MiB");
 }

@@ -400,6 +400,12 @@ impl LayerCache {
     /// The first `len` positions copied into a new cache of `batch` sequences and
     /// `capacity` positions (the shared-prefix snapshot handed to each prompt).
     pub fn expand(&self, len: usize, batch: usize, capacity: usize) -> CResult<Self> {
+        if self.k.device().is_cpu() && self.k.dtype() == DType::F32 {
+            return Ok(LayerCache {
+                k: expand_cpu(&self.k, len, batch, capacity)?,
+                v: expand_cpu(&self.v, len, batch, capacity)?,
+            });
+        }
         let grow = |t: &Tensor| -> CResult<Tensor> {
             let (b, heads, _, head_dim) = t.dims4()?;
             let prefix = t.narrow(2, 0, len)?;
@@ -428,4 +434,33 @@ impl LayerCache {
             v: self.v.index_select(rows, 0)?,
         })
     }
+}
+
+/// [`LayerCache::expand`] on CPU: the new cache written once, in place, instead of a
+/// broadcast copy, a zero block and their concatenation (three times the cache at peak).
+fn expand_cpu(t: &Tensor, len: usize, batch: usize, capacity: usize) -> CResult<Tensor> {
+    let (b, heads, _, head_dim) = t.dims4()?;
+    if b != 1 && b != batch {
+        candle_core::bail!("cannot expand a cache of {b} sequences to {batch}");
+    }
+    // `(b, heads, len, head_dim)` rows of the source, dense.
+    let prefix = t
+        .narrow(2, 0, len)?
+        .contiguous()?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let per_head = len * head_dim;
+    let mut out = vec![0f32; batch * heads * capacity * head_dim];
+    for (sequence, block) in out
+        .chunks_exact_mut(heads * capacity * head_dim)
+        .enumerate()
+    {
+        // One source sequence broadcast to every row, or row for row.
+        let source = if b == 1 { 0 } else { sequence };
+        for (head, rows) in block.chunks_exact_mut(capacity * head_dim).enumerate() {
+            let from = (source * heads + head) * per_head;
+            rows[..per_head].copy_from_slice(&prefix[from..from + per_head]);
+        }
+    }
+    Tensor::from_vec(out, (batch, heads, capacity, head_dim), t.device())
 }

@@ -314,7 +314,20 @@ impl LocalModel {
             .iter()
             .map(|p| self.tokenize(p))
             .collect::<Result<Vec<_>, _>>()?;
-        let results = self.generate_from_ids_budgets(&tokenized, budgets, params, sample)?;
+        self.respond_from_ids(&tokenized, budgets, params, sample)
+    }
+
+    /// Responses to prompts already tokenized (by [`tokenize`](Self::tokenize)), each with
+    /// its own token budget: a scheduler that tokenized every prompt to order them does
+    /// not run the tokenizer a second time.
+    pub fn respond_from_ids(
+        &mut self,
+        tokenized: &[Vec<u32>],
+        budgets: &[u32],
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Result<Vec<Response>, LocalError> {
+        let results = self.generate_from_ids_budgets(tokenized, budgets, params, sample)?;
         results
             .into_iter()
             .map(|generated| {

@@ -1,12 +1,14 @@
 //! Reads tensors by name from safetensors shards or a GGUF file, as dense tensors or as
 //! matmul weights (kept quantized, or dequantized when that is faster on this device).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
+use candle_core::quantized::k_quants::{BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlType};
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 
@@ -252,6 +254,12 @@ impl Weights {
         if wanted == qtensor.dtype() {
             return Ok(qtensor);
         }
+        if wanted == GgmlDType::Q8_0
+            && let Some(reblocked) =
+                reblock_to_q8_0(&qtensor).context(|| format!("converting {name} to Q8_0"))?
+        {
+            return Ok(reblocked);
+        }
         let dense = qtensor
             .dequantize(&device)
             .context(|| format!("dequantizing {name}"))?;
@@ -269,6 +277,70 @@ pub fn cpu_kernel_type(stored: GgmlDType) -> GgmlDType {
         GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => GgmlDType::Q8_0,
         other => other,
     }
+}
+
+/// Values converted per step of [`reblock_to_q8_0`]: a few hundred KiB of f32 at a time.
+const REBLOCK_VALUES: usize = 64 * 1024;
+
+/// A CPU tensor of Q4_1, Q5_0 or Q5_1 blocks re-blocked to Q8_0 a slice at a time, with
+/// the same per-block arithmetic as dequantizing the whole tensor and quantizing it again
+/// but without its f32 copy (the tied embedding table alone would be 113 MB of f32 for
+/// SmolLM2, the peak of the process). `None` for other types or unaligned storage (the
+/// caller then goes through f32).
+fn reblock_to_q8_0(qtensor: &QTensor) -> candle_core::Result<Option<QTensor>> {
+    if !qtensor.device().is_cpu() {
+        return Ok(None);
+    }
+    let data = qtensor.data()?;
+    let elems = qtensor.shape().elem_count();
+    let blocks = match qtensor.dtype() {
+        GgmlDType::Q4_1 => reblock::<BlockQ4_1>(&data, elems),
+        GgmlDType::Q5_0 => reblock::<BlockQ5_0>(&data, elems),
+        GgmlDType::Q5_1 => reblock::<BlockQ5_1>(&data, elems),
+        _ => None,
+    };
+    let Some(blocks) = blocks else {
+        return Ok(None);
+    };
+    // SAFETY: `BlockQ8_0` is plain `repr(C)` data; the bytes are read once, copied into
+    // candle's storage.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            blocks.as_ptr() as *const u8,
+            std::mem::size_of_val(blocks.as_slice()),
+        )
+    };
+    let storage = QStorage::from_data(Cow::Borrowed(bytes), &Device::Cpu, GgmlDType::Q8_0)?;
+    Ok(Some(QTensor::new(storage, qtensor.shape().clone())?))
+}
+
+fn reblock<T: GgmlType>(data: &[u8], elems: usize) -> Option<Vec<BlockQ8_0>> {
+    let size = std::mem::size_of::<T>();
+    if !elems.is_multiple_of(T::BLCK_SIZE)
+        || !elems.is_multiple_of(BlockQ8_0::BLCK_SIZE)
+        || data.len() != elems / T::BLCK_SIZE * size
+        || !(data.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+    {
+        return None;
+    }
+    // SAFETY: size and alignment checked above; the block types are plain `repr(C)` data.
+    let source =
+        unsafe { std::slice::from_raw_parts(data.as_ptr() as *const T, elems / T::BLCK_SIZE) };
+    let mut out: Vec<BlockQ8_0> = (0..elems / BlockQ8_0::BLCK_SIZE)
+        .map(|_| BlockQ8_0::zeros())
+        .collect();
+    // A step is a whole number of both block sizes (both are 32 here).
+    let step = REBLOCK_VALUES - REBLOCK_VALUES % (T::BLCK_SIZE * BlockQ8_0::BLCK_SIZE);
+    let mut values = vec![0f32; step];
+    for (from, to) in source
+        .chunks(step / T::BLCK_SIZE)
+        .zip(out.chunks_mut(step / BlockQ8_0::BLCK_SIZE))
+    {
+        let values = &mut values[..from.len() * T::BLCK_SIZE];
+        T::to_float(from, values);
+        BlockQ8_0::from_float(values, to);
+    }
+    Some(out)
 }
 
 fn safetensors_error(path: &Path, error: candle_core::Error) -> LocalError {
@@ -338,5 +410,28 @@ impl GgufMetadata {
 
     pub fn arch_f32(&self, arch: &str, key: &str) -> Option<f32> {
         self.f32(&format!("{arch}.{key}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Re-blocking slice by slice gives exactly the blocks of the whole-tensor f32 round
+    /// trip (dequantize, then quantize to Q8_0).
+    #[test]
+    fn reblocking_matches_the_f32_round_trip() {
+        let device = Device::Cpu;
+        // More values than one re-blocking step, and not a multiple of it.
+        let dense = Tensor::randn(0f32, 1.0, (40, 3200), &device).unwrap();
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1] {
+            let stored = QTensor::quantize(&dense, dtype).unwrap();
+            let ours = reblock_to_q8_0(&stored).unwrap().expect("re-blocked");
+            let theirs =
+                QTensor::quantize(&stored.dequantize(&device).unwrap(), GgmlDType::Q8_0).unwrap();
+            assert_eq!(ours.dtype(), GgmlDType::Q8_0);
+            assert_eq!(ours.shape(), theirs.shape());
+            assert_eq!(ours.data().unwrap(), theirs.data().unwrap(), "{dtype:?}");
+        }
     }
 }

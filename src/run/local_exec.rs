@@ -1,6 +1,6 @@
-//! Running requests on local weights (candle): batches of consecutive prompts with the same
-//! generation parameters, each response handed to the executor's writer as soon as its
-//! batch finishes.
+//! Running requests on local weights (candle): every pending prompt of a model tokenized
+//! once, ordered by [`schedule`] into micro-batches that share prefixes, each response
+//! handed to the executor's writer as soon as its batch finishes.
 //!
 //! Inference is CPU-bound and synchronous, so it runs on a blocking thread of the executor
 //! while the remote requests go out; the executor's Ctrl-C handler sets a flag checked
@@ -19,7 +19,7 @@ use crate::infer::fetch::{DEFAULT_MODEL_FILE, ensure_default_model, models_dir};
 use crate::infer::files::{ModelFiles, weights_digest};
 use crate::infer::{LocalModel, LocalOptions};
 use crate::llm::error::ErrorClass;
-use crate::request::Request;
+use crate::request::{GenerationParams, Request};
 
 /// The `model` value that names the embedded default model (fetched when missing).
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -169,12 +169,15 @@ pub(super) fn run_local_models(
                 (
                     INFERENCE_PANICKED,
                     format!("local inference panicked: {what}"),
-                    at..(at + 1).min(work.requests.len()),
+                    vec![at]
+                        .into_iter()
+                        .filter(|&i| i < work.requests.len())
+                        .collect(),
                 )
             }
         };
         bar.set_message(format!("failed: {kind}"));
-        for request in &work.requests[failed] {
+        for request in failed.iter().map(|&i| &work.requests[i]) {
             let outcome = Outcome::Failed {
                 model,
                 kind: kind.to_string(),
@@ -195,11 +198,12 @@ struct LocalFailure {
     kind: &'static str,
     /// The [`LocalError`](crate::infer::LocalError)'s message (it names the file at fault and the fix).
     message: String,
-    batch: std::ops::Range<usize>,
+    /// Indices into the model's requests.
+    batch: Vec<usize>,
 }
 
-/// Loads one model and generates its requests in batches of consecutive prompts with the
-/// same parameters. `current` tracks the batch start, for the panic handler.
+/// Loads one model and generates its requests in the micro-batches of [`schedule`].
+/// `current` tracks the first request of the running batch, for the panic handler.
 fn generate_model(
     model: usize,
     work: &LocalWork,
@@ -226,44 +230,34 @@ fn generate_model(
     let mut local = LocalModel::load(&work.weights, &options).map_err(|error| LocalFailure {
         kind: LOAD_FAILED,
         message: error.to_string(),
-        batch: 0..1,
+        batch: vec![0],
     })?;
     bar.set_message(format!("loaded in {:.1}s", loading.elapsed().as_secs_f64()));
     let started = Instant::now();
     let max_batch = options.max_batch.max(1);
-    let mut index = 0;
-    while index < requests.len() {
+    let tokenized = tokenize_all(&local, requests).map_err(|(error, at)| LocalFailure {
+        kind: INFERENCE_FAILED,
+        message: error.to_string(),
+        batch: vec![at],
+    })?;
+    for batch in schedule(requests, &tokenized, max_batch) {
         if halt.load(Ordering::SeqCst) {
             break;
         }
-        current.set(index);
-        // Consecutive requests come from one test: same parameters, shared instructions.
-        let first = &requests[index];
-        let mut end = index + 1;
-        while end < requests.len()
-            && end - index < max_batch
-            && requests[end].params == first.params
-            && requests[end].sample == first.sample
-        {
-            end += 1;
-        }
-        let batch = &requests[index..end];
-        let prompts: Vec<&str> = batch.iter().map(|r| r.prompt.as_str()).collect();
-        let responses = local
-            .generate_batch(&prompts, &first.params, first.sample)
-            .map_err(|error| LocalFailure {
+        current.set(batch[0]);
+        let responses =
+            respond(&mut local, requests, &tokenized, &batch).map_err(|error| LocalFailure {
                 kind: INFERENCE_FAILED,
                 message: error.to_string(),
-                batch: index..end,
+                batch: batch.clone(),
             })?;
-        for (request, response) in batch.iter().zip(responses) {
+        for (&i, response) in batch.iter().zip(responses) {
             let outcome = Outcome::Stored { model, response };
-            if tx.send((request.clone(), outcome)).is_err() {
+            if tx.send((requests[i].clone(), outcome)).is_err() {
                 // The writer is gone: nothing more can be stored.
                 return Ok(());
             }
         }
-        index = end;
         let stats = local.stats();
         bar.set_message(format!(
             "{:.1} tok/s, {} prompt tokens reused",
@@ -272,6 +266,70 @@ fn generate_model(
         ));
     }
     Ok(())
+}
+
+/// Every prompt's token ids, tokenized once (the schedule orders by them and generation
+/// starts from them); on failure, the error and the index of the request at fault.
+pub fn tokenize_all(
+    local: &LocalModel,
+    requests: &[Request],
+) -> Result<Vec<Vec<u32>>, (Box<crate::infer::LocalError>, usize)> {
+    requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| local.tokenize(&r.prompt).map_err(|e| (Box::new(e), i)))
+        .collect()
+}
+
+/// The micro-batches (indices into `requests`) in which a model's pending requests run.
+///
+/// Requests that differ at most in their token budget (same sampling, seed, stops and
+/// sample index) may share a micro-batch: each sequence stops at its own budget, and the
+/// sampler's draws depend on the request only. Within such a group the prompts are sorted
+/// by their token ids, so that prompts with a common beginning (a test's instructions, a
+/// dataset's few-shot rows) run next to each other whatever test or plan order they
+/// came from: each call's shared prefix is encoded once and the engine's kept prefix
+/// carries it on to the next call. Sorted neighbours also have similar lengths, which
+/// keeps left padding small.
+pub fn schedule(requests: &[Request], tokenized: &[Vec<u32>], max_batch: usize) -> Vec<Vec<usize>> {
+    let max_batch = max_batch.max(1);
+    // Groups by first appearance (params compare by value; f64 fields rule out hashing).
+    let mut groups: Vec<(GenerationParams, u32, Vec<usize>)> = Vec::new();
+    for (i, request) in requests.iter().enumerate() {
+        let key = GenerationParams {
+            max_tokens: 0,
+            ..request.params.clone()
+        };
+        match groups
+            .iter_mut()
+            .find(|(params, sample, _)| *params == key && *sample == request.sample)
+        {
+            Some((_, _, members)) => members.push(i),
+            None => groups.push((key, request.sample, vec![i])),
+        }
+    }
+    let mut batches = Vec::new();
+    for (_, _, mut members) in groups {
+        members.sort_by(|&a, &b| tokenized[a].cmp(&tokenized[b]).then(a.cmp(&b)));
+        batches.extend(members.chunks(max_batch).map(<[usize]>::to_vec));
+    }
+    batches
+}
+
+/// Runs one micro-batch of [`schedule`]: its prompts' responses, in its order.
+pub fn respond(
+    local: &mut LocalModel,
+    requests: &[Request],
+    tokenized: &[Vec<u32>],
+    batch: &[usize],
+) -> Result<Vec<crate::request::Response>, crate::infer::LocalError> {
+    let first = &requests[batch[0]];
+    let ids: Vec<Vec<u32>> = batch.iter().map(|&i| tokenized[i].clone()).collect();
+    let budgets: Vec<u32> = batch
+        .iter()
+        .map(|&i| requests[i].params.max_tokens)
+        .collect();
+    local.respond_from_ids(&ids, &budgets, &first.params, first.sample)
 }
 
 #[cfg(test)]
@@ -283,6 +341,48 @@ mod tests {
             "id = \"m\"\nbackend = \"local\"\nmodel = \"{path}\""
         ))
         .unwrap()
+    }
+
+    fn request(prompt: &str, max_tokens: u32, temperature: f64) -> Request {
+        Request {
+            model: crate::request::ModelIdentity {
+                backend: crate::request::BackendKind::Local,
+                model: "m".into(),
+                revision: "r".into(),
+            },
+            api: crate::request::ApiMode::Completions,
+            prompt: prompt.into(),
+            params: GenerationParams {
+                max_tokens,
+                temperature,
+                top_p: None,
+                seed: Some(0),
+                stop: Vec::new(),
+            },
+            sample: 0,
+        }
+    }
+
+    #[test]
+    fn schedule_joins_budgets_sorts_by_tokens_and_keeps_sampling_apart() {
+        // Two tests' prompts interleaved in plan order, with different budgets; one
+        // sampled request that must not join the greedy ones.
+        let requests = vec![
+            request("b long answer", 256, 0.0),
+            request("a short", 4, 0.0),
+            request("b other", 256, 0.0),
+            request("sampled", 4, 0.7),
+            request("a again", 4, 0.0),
+        ];
+        let tokenized: Vec<Vec<u32>> =
+            vec![vec![2, 9], vec![1, 5], vec![2, 3], vec![0], vec![1, 4]];
+        let batches = schedule(&requests, &tokenized, 2);
+        // Greedy group sorted by token ids: [1,4] [1,5] | [2,3] [2,9]; then the sampled one.
+        assert_eq!(batches, vec![vec![4, 1], vec![2, 0], vec![3]]);
+        // Every request exactly once.
+        let mut all: Vec<usize> = batches.concat();
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3, 4]);
     }
 
     #[test]
