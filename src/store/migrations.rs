@@ -29,6 +29,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0003_samples",
         sql: include_str!("../../schema/sqlite/0003_samples.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_logprobs",
+        sql: include_str!("../../schema/sqlite/0004_logprobs.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
@@ -109,6 +114,7 @@ mod tests {
             "094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d",
             "c001fd120a0b678511e07948dea0246cbe67257bb670e7ea02517fd436120eac",
             "fd41fa467da1aaa391082cc4645e6c309dde97023e446130cf234dd4bc7001b4",
+            "82c3e373d948cf05bcdee9be3001e04a8b777b1d6368b0b52848303ece6be514",
         ];
         assert_eq!(
             pinned.len(),

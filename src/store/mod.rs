@@ -16,6 +16,7 @@
 
 mod cache;
 mod error;
+mod logprobs;
 mod migrations;
 mod results;
 mod runs;

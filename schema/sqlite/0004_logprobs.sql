@@ -1,0 +1,22 @@
+-- tabcontam cache, schema version 4: per-token log-probabilities of scored texts
+-- (the likelihood detectors of SPEC §8).
+--
+-- Append-only: once released, this file is never edited (its checksum is pinned).
+--
+-- One row per score key (request::ScoreKey: blake3 under its own domain over backend,
+-- model, revision and the exact text), so a text is scored once per model revision and
+-- never shares a key with a generation request. Immutable like `responses`: the first
+-- stored row stays. `logprobs` holds one value per token after the first; `mu`/`sigma`
+-- (Min-K%++) only where the full next-token distribution was known (local models).
+
+CREATE TABLE logprobs (
+    key         BLOB PRIMARY KEY CHECK (length(key) = 32),
+    identity_id INTEGER NOT NULL REFERENCES identities (id),
+    text        TEXT NOT NULL,
+    method      TEXT NOT NULL,  -- how they were obtained, e.g. `local`, `llama.cpp forced-token`
+    tokens      TEXT NOT NULL,  -- JSON array of token ids
+    logprobs    TEXT NOT NULL,  -- JSON array, one per token after the first
+    mu          TEXT,           -- JSON array or NULL
+    sigma       TEXT,           -- JSON array or NULL
+    created_at  TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
