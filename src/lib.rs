@@ -10,6 +10,7 @@ pub mod commands;
 pub mod dataset;
 pub mod decide;
 pub mod infer;
+pub mod likelihood;
 pub mod llm;
 pub mod probe;
 pub mod report;

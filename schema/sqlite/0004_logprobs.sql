@@ -20,3 +20,29 @@ CREATE TABLE logprobs (
     sigma       TEXT,           -- JSON array or NULL
     created_at  TEXT NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+-- The cells of the likelihood tests (`likelihood-perplexity`, `likelihood-zlib`,
+-- `likelihood-min-k`, `likelihood-min-k-plus-plus`): one per (model, dataset, detector,
+-- serialization, seed), score = AUROC of originals vs perturbed rows. Their own table:
+-- a detector's result is an AUROC with intervals and a ROC curve, not trials passed.
+CREATE TABLE likelihood_cells (
+    model         TEXT NOT NULL,
+    dataset       TEXT NOT NULL,
+    test          TEXT NOT NULL,   -- likelihood::Detector::test_id
+    serialization TEXT NOT NULL,
+    seed          INTEGER NOT NULL,
+    run_id        INTEGER NOT NULL REFERENCES runs (id),
+    method        TEXT NOT NULL,   -- how the log-probabilities were obtained
+    positives     INTEGER NOT NULL,
+    negatives     INTEGER NOT NULL,
+    auroc         REAL,            -- NULL when skipped
+    auroc_low     REAL,
+    auroc_high    REAL,
+    tpr_at_5_fpr  REAL,
+    tpr_low       REAL,
+    tpr_high      REAL,
+    p_value       REAL,
+    roc           TEXT,            -- JSON [[fpr, tpr], …]
+    skipped       TEXT,            -- why there is no AUROC (no log-probabilities, …)
+    PRIMARY KEY (model, dataset, test, serialization, seed)
+) STRICT, WITHOUT ROWID;

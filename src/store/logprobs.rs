@@ -122,3 +122,120 @@ fn insert_logprobs(
         ))?;
     Ok(changed == 1)
 }
+
+/// One likelihood cell: a detector's result on one (model, dataset, serialization, seed).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LikelihoodCellRow {
+    pub model: String,
+    pub dataset: String,
+    /// `likelihood-…`: [`crate::likelihood::Detector::test_id`].
+    pub test: String,
+    pub serialization: String,
+    pub seed: u64,
+    /// How the log-probabilities were obtained (`local`, `llama.cpp forced-token`, …).
+    pub method: String,
+    /// `None` when skipped.
+    pub stats: Option<crate::likelihood::DetectorStats>,
+    pub skipped: Option<String>,
+    /// Set by the store; ignored by [`Store::put_likelihood_cells`].
+    pub run_id: Option<super::RunId>,
+}
+
+impl Store {
+    /// Stores (replaces) likelihood cells decided by `run`, in one transaction.
+    pub fn put_likelihood_cells(
+        &mut self,
+        run: super::RunId,
+        cells: &[LikelihoodCellRow],
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write()?;
+        for cell in cells {
+            let s = cell.stats.as_ref();
+            let roc = s.map(|s| to_json(&s.roc)).transpose().at(&path)?;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO likelihood_cells (model, dataset, test, serialization, seed, run_id,
+                   method, positives, negatives, auroc, auroc_low, auroc_high, tpr_at_5_fpr, tpr_low,
+                   tpr_high, p_value, roc, skipped)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+            )
+            .at(&path)?
+            .execute(rusqlite::params![
+                cell.model,
+                cell.dataset,
+                cell.test,
+                cell.serialization,
+                cell.seed as i64,
+                run.0,
+                cell.method,
+                s.map_or(0, |s| s.positives as i64),
+                s.map_or(0, |s| s.negatives as i64),
+                s.map(|s| s.auroc),
+                s.map(|s| s.auroc_low),
+                s.map(|s| s.auroc_high),
+                s.map(|s| s.tpr_at_5_fpr),
+                s.map(|s| s.tpr_low),
+                s.map(|s| s.tpr_high),
+                s.map(|s| s.p_value),
+                roc,
+                cell.skipped,
+            ])
+            .at(&path)?;
+        }
+        tx.commit().at(&path)?;
+        Ok(())
+    }
+
+    /// Every likelihood cell, in (model, dataset, test, serialization, seed) order.
+    pub fn likelihood_cells(&self) -> Result<Vec<LikelihoodCellRow>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT model, dataset, test, serialization, seed, run_id, method, positives, negatives,
+                        auroc, auroc_low, auroc_high, tpr_at_5_fpr, tpr_low, tpr_high, p_value, roc, skipped
+                 FROM likelihood_cells ORDER BY model, dataset, test, serialization, seed",
+            )
+            .at(&self.path)?;
+        let rows = stmt
+            .query_map([], |row| {
+                let auroc: Option<f64> = row.get("auroc")?;
+                let stats = match auroc {
+                    None => None,
+                    Some(auroc) => {
+                        let roc: String = row.get("roc")?;
+                        Some(crate::likelihood::DetectorStats {
+                            positives: row.get::<_, i64>("positives")? as usize,
+                            negatives: row.get::<_, i64>("negatives")? as usize,
+                            auroc,
+                            auroc_low: row.get("auroc_low")?,
+                            auroc_high: row.get("auroc_high")?,
+                            tpr_at_5_fpr: row.get("tpr_at_5_fpr")?,
+                            tpr_low: row.get("tpr_low")?,
+                            tpr_high: row.get("tpr_high")?,
+                            p_value: row.get("p_value")?,
+                            roc: serde_json::from_str(&roc).map_err(|e| {
+                                rusqlite::Error::FromSqlConversionFailure(
+                                    16,
+                                    rusqlite::types::Type::Text,
+                                    Box::new(e),
+                                )
+                            })?,
+                        })
+                    }
+                };
+                Ok(LikelihoodCellRow {
+                    model: row.get("model")?,
+                    dataset: row.get("dataset")?,
+                    test: row.get("test")?,
+                    serialization: row.get("serialization")?,
+                    seed: row.get::<_, i64>("seed")? as u64,
+                    method: row.get("method")?,
+                    stats,
+                    skipped: row.get("skipped")?,
+                    run_id: Some(super::RunId(row.get("run_id")?)),
+                })
+            })
+            .at(&self.path)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().at(&self.path)
+    }
+}

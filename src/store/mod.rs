@@ -31,6 +31,7 @@ use rusqlite::{Connection, OpenFlags, Row, Transaction, TransactionBehavior};
 use serde::de::DeserializeOwned;
 
 pub use error::{Result, StoreError};
+pub use logprobs::LikelihoodCellRow;
 pub use migrations::SCHEMA_VERSION;
 pub use results::{CellRow, OWN_SOURCE, TrialRow};
 pub use runs::{DatasetRow, FailureRow, ModelRow, RunCounts, RunId, RunRow, RunStatus};
