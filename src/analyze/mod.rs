@@ -450,6 +450,7 @@ impl Analytics {
             dataset_pass_rates,
             accuracy,
             examples: Vec::new(),
+            likelihood: Vec::new(),
         })
     }
 
@@ -893,6 +894,7 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     analytics.load_trials(trials.iter().map(TrialOutcome::from))?;
     let mut analysis = analytics.analyze(options)?;
     analysis.examples = examples(store, &trials, &analysis)?;
+    analysis.likelihood = store.likelihood_cells()?;
     Ok(analysis)
 }
 

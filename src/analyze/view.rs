@@ -40,6 +40,8 @@ pub struct Analysis {
     /// Model outputs: per series of ours and test, one trial's output (a passed one when
     /// there is one). Imported results have none.
     pub examples: Vec<Example>,
+    /// The likelihood tests' cells (SPEC §8), by model, dataset, test, template.
+    pub likelihood: Vec<crate::store::LikelihoodCellRow>,
 }
 
 #[derive(Debug, Clone, Serialize)]

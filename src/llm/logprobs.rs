@@ -124,6 +124,49 @@ pub async fn score_llama_cpp(client: &Client, text: &str) -> Result<TokenLogprob
     score_llama_cpp_ids(client, &ids).await
 }
 
+/// How many texts to score at once: the server's slot count where it says (llama.cpp's
+/// `/props` → `total_slots`: each text then keeps its own slot's prompt cache, and the
+/// server decodes the slots in one batch), else 1; at most `limit`.
+pub async fn parallel_texts(client: &Client, limit: usize) -> usize {
+    let slots = match client.get_json("/props", true).await {
+        Ok(props) => props
+            .get("total_slots")
+            .and_then(Value::as_u64)
+            .unwrap_or(1) as usize,
+        Err(_) => 1,
+    };
+    slots.clamp(1, limit.max(1))
+}
+
+/// Scores `texts` with up to `parallel` of them in flight; results in input order.
+pub async fn score_texts(
+    client: &Client,
+    texts: &[String],
+    parallel: usize,
+) -> Vec<Result<(&'static str, TokenLogprobs), LlmError>> {
+    let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, text) in texts.iter().enumerate() {
+        let (client, text, semaphore) = (client.clone(), text.clone(), semaphore.clone());
+        tasks.spawn(async move {
+            let _permit = semaphore.acquire_owned().await.expect("never closed");
+            (index, score_text(&client, &text).await)
+        });
+    }
+    let mut results: Vec<Option<Result<(&'static str, TokenLogprobs), LlmError>>> =
+        (0..texts.len()).map(|_| None).collect();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((index, result)) => results[index] = Some(result),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every task reports"))
+        .collect()
+}
+
 /// [`score_llama_cpp`] from token ids.
 pub async fn score_llama_cpp_ids(client: &Client, ids: &[u32]) -> Result<TokenLogprobs, LlmError> {
     let mut logprobs = Vec::with_capacity(ids.len().saturating_sub(1));

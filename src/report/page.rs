@@ -42,6 +42,8 @@ pub struct Page {
     pub controls: Vec<ControlRow>,
     pub suspected: Vec<SuspectedRow>,
     pub examples: Vec<ExampleGroup>,
+    /// The likelihood section (SPEC §8); `None` when no likelihood test was run.
+    pub likelihood: Option<super::likelihood::LikelihoodView>,
 }
 
 pub struct DatasetCol {
@@ -424,6 +426,7 @@ impl Page {
                 })
                 .collect(),
             examples: examples(analysis, &label_of, &dataset_name, &test_name),
+            likelihood: super::likelihood::view(&analysis.likelihood),
             datasets,
         }
     }

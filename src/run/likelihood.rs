@@ -44,7 +44,8 @@ enum Scorer {
     Local(Box<LocalModel>),
     /// Loaded on first use: a run whose texts are all cached never loads the weights.
     LocalPending(std::path::PathBuf, LocalOptions),
-    Remote(Client, tokio::runtime::Runtime),
+    /// The client, its runtime, and how many texts to score at once (`None` until asked).
+    Remote(Client, tokio::runtime::Runtime, Option<usize>, usize),
     None(String),
 }
 
@@ -70,7 +71,9 @@ impl Scorer {
                     .enable_all()
                     .build();
                 match (client, runtime) {
-                    (Ok(client), Ok(runtime)) => Scorer::Remote(client, runtime),
+                    (Ok(client), Ok(runtime)) => {
+                        Scorer::Remote(client, runtime, None, model.concurrency)
+                    }
                     (Err(e), _) => Scorer::None(e.to_string()),
                     (_, Err(e)) => Scorer::None(format!("cannot start a runtime: {e}")),
                 }
@@ -84,21 +87,41 @@ impl Scorer {
         }
     }
 
-    /// Scores one text, or says why it cannot.
-    fn score(&mut self, text: &str) -> Result<(&'static str, TokenLogprobs), String> {
+    /// Scores `texts` (in order), or says why it cannot; stops at the first failure.
+    fn score(&mut self, texts: &[String]) -> Vec<Result<(&'static str, TokenLogprobs), String>> {
         if let Scorer::LocalPending(path, options) = self {
-            let model = LocalModel::load(path, options).map_err(|e| e.to_string())?;
-            *self = Scorer::Local(Box::new(model));
+            match LocalModel::load(path, options) {
+                Ok(model) => *self = Scorer::Local(Box::new(model)),
+                Err(e) => return vec![Err(e.to_string())],
+            }
         }
         match self {
-            Scorer::Local(model) => model
-                .score_text(text)
-                .map(|s| (METHOD_LOCAL, s))
-                .map_err(|e| e.to_string()),
-            Scorer::Remote(client, runtime) => runtime
-                .block_on(crate::llm::logprobs::score_text(client, text))
-                .map_err(|e| e.to_string()),
-            Scorer::None(reason) => Err(reason.clone()),
+            Scorer::Local(model) => {
+                let mut results = Vec::with_capacity(texts.len());
+                for text in texts {
+                    let result = model
+                        .score_text(text)
+                        .map(|s| (METHOD_LOCAL, s))
+                        .map_err(|e| e.to_string());
+                    let failed = result.is_err();
+                    results.push(result);
+                    if failed {
+                        break;
+                    }
+                }
+                results
+            }
+            Scorer::Remote(client, runtime, parallel, limit) => {
+                let parallel = *parallel.get_or_insert_with(|| {
+                    runtime.block_on(crate::llm::logprobs::parallel_texts(client, *limit))
+                });
+                runtime
+                    .block_on(crate::llm::logprobs::score_texts(client, texts, parallel))
+                    .into_iter()
+                    .map(|r| r.map_err(|e| e.to_string()))
+                    .collect()
+            }
+            Scorer::None(reason) => vec![Err(reason.clone())],
             Scorer::LocalPending(..) => unreachable!("loaded above"),
         }
     }
@@ -175,20 +198,24 @@ pub fn run_likelihood(
                 let mut found = store.logprobs(&keys)?;
                 outcome.cached += found.len() as u64;
                 let mut failure = model_error.clone();
-                for (request, key) in requests.iter().zip(&keys) {
-                    if failure.is_some() {
-                        break;
-                    }
-                    if found.contains_key(key) {
-                        continue;
-                    }
-                    match scorer.score(&request.text) {
-                        Ok((method, scores)) => {
-                            store.put_logprobs(request, method, &scores)?;
-                            outcome.scored += 1;
-                            found.insert(*key, (method.to_string(), scores));
+                if failure.is_none() {
+                    let missing: Vec<usize> =
+                        (0..keys.len()).filter(|&i| !found.contains_key(&keys[i])).collect();
+                    let texts: Vec<String> =
+                        missing.iter().map(|&i| requests[i].text.clone()).collect();
+                    if !texts.is_empty() {
+                        for (&i, result) in missing.iter().zip(scorer.score(&texts)) {
+                            match result {
+                                Ok((method, scores)) => {
+                                    store.put_logprobs(&requests[i], method, &scores)?;
+                                    outcome.scored += 1;
+                                    found.insert(keys[i], (method.to_string(), scores));
+                                }
+                                Err(reason) => {
+                                    failure.get_or_insert(reason);
+                                }
+                            }
                         }
-                        Err(reason) => failure = Some(reason),
                     }
                 }
                 if let Some(reason) = failure {
