@@ -69,7 +69,16 @@ fn start_server(binary: &Path, model: &Path, log: &Path) -> Server {
     let child = Command::new(binary)
         .args(["-m".as_ref(), model.as_os_str()])
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["-c", "2048", "-np", "4", "-t", "2", "--no-webui", "--no-warmup"])
+        .args([
+            "-c",
+            "2048",
+            "-np",
+            "4",
+            "-t",
+            "2",
+            "--no-webui",
+            "--no-warmup",
+        ])
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -86,7 +95,10 @@ fn start_server(binary: &Path, model: &Path, log: &Path) -> Server {
         if ready {
             return server;
         }
-        assert!(Instant::now() < deadline, "llama-server not ready after 120 s");
+        assert!(
+            Instant::now() < deadline,
+            "llama-server not ready after 120 s"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
 }
@@ -99,7 +111,8 @@ mod reqwest {
             return false;
         };
         let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-        let request = format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        let request =
+            format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
         if stream.write_all(request.as_bytes()).is_err() {
             return false;
         }
@@ -185,8 +198,16 @@ fn print_cells(store: &Store) {
         match &cell.stats {
             Some(s) => eprintln!(
                 "{} {} {} {}: AUROC {:.3} [{:.3}, {:.3}], TPR@5%FPR {:.3}, p {:.4} ({})",
-                cell.model, cell.dataset, cell.serialization, cell.test, s.auroc, s.auroc_low,
-                s.auroc_high, s.tpr_at_5_fpr, s.p_value, cell.method
+                cell.model,
+                cell.dataset,
+                cell.serialization,
+                cell.test,
+                s.auroc,
+                s.auroc_low,
+                s.auroc_high,
+                s.tpr_at_5_fpr,
+                s.p_value,
+                cell.method
             ),
             None => eprintln!(
                 "{} {} {}: skipped: {}",
@@ -229,16 +250,87 @@ fn in_process_run_scores_iris_once_per_text() {
     for cell in &cells {
         let s = cell.stats.as_ref().unwrap_or_else(|| panic!("{cell:?}"));
         assert_eq!((s.positives, s.negatives), (100, 100));
-        assert!(s.auroc_low <= s.auroc && s.auroc <= s.auroc_high, "{cell:?}");
+        assert!(
+            s.auroc_low <= s.auroc && s.auroc <= s.auroc_high,
+            "{cell:?}"
+        );
         assert!((0.0..=1.0).contains(&s.p_value));
         assert_eq!(cell.method, "local");
     }
+    // The reports: scores.json's `likelihood` block, the HTML section with its figures,
+    // and a LaTeX report that compiles.
+    let analysis = tabcontam::analyze::analyze_store(
+        &store,
+        &tabcontam::analyze::Options {
+            primary_serialization: "the-is".into(),
+        },
+    )
+    .unwrap();
+    let files = tabcontam::report::render(
+        &analysis,
+        &[
+            tabcontam::report::Format::Json,
+            tabcontam::report::Format::Html,
+            tabcontam::report::Format::Latex,
+        ],
+        &tabcontam::report::Options::default(),
+    )
+    .unwrap();
+    let file = |name: &str| &files.iter().find(|f| f.name == name).unwrap().contents;
+    let json: serde_json::Value = serde_json::from_str(file("scores.json")).unwrap();
+    let block = json["likelihood"].as_array().unwrap();
+    assert_eq!(block.len(), 4);
+    for entry in block {
+        let auroc = entry["auroc"].as_f64().unwrap();
+        let interval = entry["auroc_interval"].as_array().unwrap();
+        assert!(interval[0].as_f64().unwrap() <= auroc && auroc <= interval[1].as_f64().unwrap());
+        assert!(entry["p"].as_f64().is_some() && entry["tpr_at_5_fpr"].as_f64().is_some());
+    }
+    let html = file("report.html");
+    assert!(html.contains("id=\"likelihood\""));
+    // One ROC figure (iris, the-is) and one heatmap per detector.
+    assert_eq!(html.matches("ROC curves: smollm2").count(), 1);
+    assert_eq!(html.matches("AUROC of ").count(), 4);
+    let tex = file("report.tex");
+    assert!(tex.contains("\\section{Likelihood detectors}") && tex.contains("\\addplot"));
+    if let Some(pdflatex) = skip::require(
+        std::process::Command::new("pdflatex")
+            .arg("--version")
+            .output(),
+        |o| o.as_ref().is_ok_and(|o| o.status.success()),
+        "pdflatex is not installed (scripts/ci-install-report-tools.sh)",
+    ) {
+        drop(pdflatex);
+        let latex_dir = dir.path().join("latex");
+        tabcontam::report::write(&latex_dir, &files).unwrap();
+        let output = Command::new("pdflatex")
+            .args([
+                "-no-shell-escape",
+                "-interaction=nonstopmode",
+                "-halt-on-error",
+                "report.tex",
+            ])
+            .current_dir(&latex_dir)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "report.tex failed:\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+
     drop(store);
     // Again: every text comes from the logprobs cache; the same figures.
     let again = run_experiment(&settings, &mut ()).unwrap();
     assert_eq!((again.likelihood.scored, again.likelihood.cached), (0, 200));
     let store = Store::open_read_only(&cache).unwrap();
-    let same: Vec<_> = store.likelihood_cells().unwrap().into_iter().map(|c| c.stats).collect();
+    let same: Vec<_> = store
+        .likelihood_cells()
+        .unwrap()
+        .into_iter()
+        .map(|c| c.stats)
+        .collect();
     assert_eq!(same, cells.into_iter().map(|c| c.stats).collect::<Vec<_>>());
 }
 
@@ -269,10 +361,22 @@ fn run_against_llama_server_scores_and_skips_min_k_plus_plus() {
     print_cells(&store);
     let cells = store.likelihood_cells().unwrap();
     assert_eq!(cells.len(), 2);
-    let perplexity = cells.iter().find(|c| c.test == "likelihood-perplexity").unwrap();
+    let perplexity = cells
+        .iter()
+        .find(|c| c.test == "likelihood-perplexity")
+        .unwrap();
     assert_eq!(perplexity.method, "llama.cpp forced-token");
     assert!(perplexity.stats.is_some());
-    let plus = cells.iter().find(|c| c.test == "likelihood-min-k-plus-plus").unwrap();
+    let plus = cells
+        .iter()
+        .find(|c| c.test == "likelihood-min-k-plus-plus")
+        .unwrap();
     assert!(plus.stats.is_none());
-    assert!(plus.skipped.as_deref().unwrap().contains("local models only"), "{plus:?}");
+    assert!(
+        plus.skipped
+            .as_deref()
+            .unwrap()
+            .contains("local models only"),
+        "{plus:?}"
+    );
 }

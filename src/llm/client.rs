@@ -511,7 +511,11 @@ impl Client {
 
     /// One GET of `path` (under the root when `from_root`, see [`post_json`](Self::post_json)),
     /// parsed as JSON.
-    pub async fn get_json(&self, path: &str, from_root: bool) -> Result<serde_json::Value, LlmError> {
+    pub async fn get_json(
+        &self,
+        path: &str,
+        from_root: bool,
+    ) -> Result<serde_json::Value, LlmError> {
         let inner = &*self.inner;
         let endpoint = self.pick_endpoint();
         let root = |base: &str| -> String {

@@ -29,6 +29,29 @@ pub const METHOD_LLAMA_CPP: &str = "llama.cpp forced-token";
 /// A logit bias no real logit can outweigh: the forced token is always the one sampled.
 const FORCE_BIAS: f64 = 1.0e4;
 
+/// Attempts per HTTP call: a pooled keep-alive connection the server has closed meanwhile
+/// fails once with a transport error, and the next attempt opens a new one.
+const ATTEMPTS: usize = 3;
+
+/// [`Client::post_json`], retried on transport errors (timeouts, closed connections).
+async fn post(
+    client: &Client,
+    path: &str,
+    body: &Value,
+    from_root: bool,
+) -> Result<Value, LlmError> {
+    let mut attempt = 1;
+    loop {
+        match client.post_json(path, body, from_root).await {
+            Err(e) if e.is_retryable() && attempt < ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt as u64)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn format_error(client: &Client, url: &str, message: String) -> LlmError {
     LlmError::ResponseFormat {
         model: client.id().to_owned(),
@@ -44,21 +67,13 @@ fn parse_echo(answer: &Value) -> Option<TokenLogprobs> {
     let logprobs = choice.get("logprobs")?;
     let values = logprobs.get("token_logprobs")?.as_array()?;
     let tokens = logprobs.get("tokens")?.as_array()?;
-    let prompt_tokens = answer
-        .get("usage")?
-        .get("prompt_tokens")?
-        .as_u64()? as usize;
+    let prompt_tokens = answer.get("usage")?.get("prompt_tokens")?.as_u64()? as usize;
     if prompt_tokens < 2 || values.len() < prompt_tokens || tokens.len() < prompt_tokens {
         return None;
     }
     let ids = tokens[..prompt_tokens]
         .iter()
-        .map(|t| {
-            t.as_str()?
-                .strip_prefix("token_id:")?
-                .parse::<u32>()
-                .ok()
-        })
+        .map(|t| t.as_str()?.strip_prefix("token_id:")?.parse::<u32>().ok())
         .collect::<Option<Vec<u32>>>()?;
     // The first prompt token has no log-probability (null).
     let scored = values[1..prompt_tokens]
@@ -80,36 +95,38 @@ pub async fn score_text(
     text: &str,
 ) -> Result<(&'static str, TokenLogprobs), LlmError> {
     let model = client.config().model.clone();
-    let echo = client
-        .post_json(
-            "/completions",
-            &json!({
-                "model": model,
-                "prompt": text,
-                "max_tokens": 1,
-                "temperature": 0.0,
-                "echo": true,
-                "logprobs": 1,
-                "return_tokens_as_token_ids": true,
-            }),
-            false,
-        )
-        .await?;
+    let echo = post(
+        client,
+        "/completions",
+        &json!({
+            "model": model,
+            "prompt": text,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "echo": true,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": true,
+        }),
+        false,
+    )
+    .await?;
     if let Some(scores) = parse_echo(&echo) {
         return Ok((METHOD_ECHO, scores));
     }
-    score_llama_cpp(client, text).await.map(|s| (METHOD_LLAMA_CPP, s))
+    score_llama_cpp(client, text)
+        .await
+        .map(|s| (METHOD_LLAMA_CPP, s))
 }
 
 /// The forced-token method of llama.cpp's server (see the module docs).
 pub async fn score_llama_cpp(client: &Client, text: &str) -> Result<TokenLogprobs, LlmError> {
-    let tokenized = client
-        .post_json(
-            "/tokenize",
-            &json!({ "content": text, "add_special": true }),
-            true,
-        )
-        .await?;
+    let tokenized = post(
+        client,
+        "/tokenize",
+        &json!({ "content": text, "add_special": true }),
+        true,
+    )
+    .await?;
     let ids: Vec<u32> = tokenized
         .get("tokens")
         .and_then(Value::as_array)
@@ -171,21 +188,21 @@ pub async fn score_texts(
 pub async fn score_llama_cpp_ids(client: &Client, ids: &[u32]) -> Result<TokenLogprobs, LlmError> {
     let mut logprobs = Vec::with_capacity(ids.len().saturating_sub(1));
     for i in 1..ids.len() {
-        let answer = client
-            .post_json(
-                "/completion",
-                &json!({
-                    "prompt": &ids[..i],
-                    "n_predict": 1,
-                    "n_probs": 1,
-                    "temperature": 0.0,
-                    "cache_prompt": true,
-                    "post_sampling_probs": false,
-                    "logit_bias": [[ids[i], FORCE_BIAS]],
-                }),
-                true,
-            )
-            .await?;
+        let answer = post(
+            client,
+            "/completion",
+            &json!({
+                "prompt": &ids[..i],
+                "n_predict": 1,
+                "n_probs": 1,
+                "temperature": 0.0,
+                "cache_prompt": true,
+                "post_sampling_probs": false,
+                "logit_bias": [[ids[i], FORCE_BIAS]],
+            }),
+            true,
+        )
+        .await?;
         let entry = answer
             .get("completion_probabilities")
             .and_then(|c| c.get(0))
@@ -197,12 +214,18 @@ pub async fn score_llama_cpp_ids(client: &Client, ids: &[u32]) -> Result<TokenLo
             return Err(format_error(
                 client,
                 "/completion",
-                format!("token {i}: the server sampled {id:?} instead of the forced token {}", ids[i]),
+                format!(
+                    "token {i}: the server sampled {id:?} instead of the forced token {}",
+                    ids[i]
+                ),
             ));
         }
-        let logprob = entry.get("logprob").and_then(Value::as_f64).ok_or_else(|| {
-            format_error(client, "/completion", format!("token {i}: no `logprob`"))
-        })?;
+        let logprob = entry
+            .get("logprob")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| {
+                format_error(client, "/completion", format!("token {i}: no `logprob`"))
+            })?;
         logprobs.push(logprob);
     }
     Ok(TokenLogprobs {

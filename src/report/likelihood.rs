@@ -75,7 +75,10 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
             let (auroc, tpr, p) = match &c.stats {
                 Some(s) => (
                     format!("{:.3} [{:.3}, {:.3}]", s.auroc, s.auroc_low, s.auroc_high),
-                    format!("{:.3} [{:.3}, {:.3}]", s.tpr_at_5_fpr, s.tpr_low, s.tpr_high),
+                    format!(
+                        "{:.3} [{:.3}, {:.3}]",
+                        s.tpr_at_5_fpr, s.tpr_low, s.tpr_high
+                    ),
                     format!("{:.4}", s.p_value),
                 ),
                 None => ("–".into(), "–".into(), "–".into()),
@@ -109,7 +112,10 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
                 .iter()
                 .map(|c| {
                     let s = c.stats.as_ref().expect("filtered");
-                    (format!("{} ({:.3})", label_of(&c.test), s.auroc), s.roc.as_slice())
+                    (
+                        format!("{} ({:.3})", label_of(&c.test), s.auroc),
+                        s.roc.as_slice(),
+                    )
                 })
                 .collect();
             let title = format!("{model}, {dataset}, {serialization}");
@@ -212,7 +218,9 @@ fn draw_roc<DB: DrawingBackend>(
                 colour.stroke_width(2),
             )))?
             .label(clean(label))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
@@ -245,7 +253,11 @@ fn roc_tikz(curves: &[(String, &[(f64, f64)])]) -> String {
 /// White at AUROC 0.5, green towards 1, red towards 0.
 fn auroc_colour(auroc: f64) -> RGBColor {
     let t = ((auroc - 0.5).abs() * 2.0).clamp(0.0, 1.0);
-    let (r, g, b) = if auroc >= 0.5 { (46.0, 158.0, 68.0) } else { (214.0, 39.0, 40.0) };
+    let (r, g, b) = if auroc >= 0.5 {
+        (46.0, 158.0, 68.0)
+    } else {
+        (214.0, 39.0, 40.0)
+    };
     let mix = |c: f64| (255.0 + (c - 255.0) * t).round() as u8;
     RGBColor(mix(r), mix(g), mix(b))
 }

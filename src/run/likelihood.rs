@@ -140,7 +140,11 @@ pub fn run_likelihood(
     run: RunId,
 ) -> anyhow::Result<LikelihoodOutcome> {
     let mut outcome = LikelihoodOutcome::default();
-    if spec.models.iter().all(|m| spec.model_likelihood(m).is_empty()) {
+    if spec
+        .models
+        .iter()
+        .all(|m| spec.model_likelihood(m).is_empty())
+    {
         return Ok(outcome);
     }
     let catalog = Catalog::open(data_dir)?;
@@ -183,7 +187,11 @@ pub fn run_likelihood(
                 let rows = match likelihood_rows(&ctx)? {
                     Ok(rows) => rows,
                     Err(reason) => {
-                        cells.extend(detectors.iter().map(|&d| cell(d, "-", None, Some(reason.clone()))));
+                        cells.extend(
+                            detectors
+                                .iter()
+                                .map(|&d| cell(d, "-", None, Some(reason.clone()))),
+                        );
                         continue;
                     }
                 };
@@ -199,8 +207,9 @@ pub fn run_likelihood(
                 outcome.cached += found.len() as u64;
                 let mut failure = model_error.clone();
                 if failure.is_none() {
-                    let missing: Vec<usize> =
-                        (0..keys.len()).filter(|&i| !found.contains_key(&keys[i])).collect();
+                    let missing: Vec<usize> = (0..keys.len())
+                        .filter(|&i| !found.contains_key(&keys[i]))
+                        .collect();
                     let texts: Vec<String> =
                         missing.iter().map(|&i| requests[i].text.clone()).collect();
                     if !texts.is_empty() {
@@ -220,10 +229,17 @@ pub fn run_likelihood(
                 }
                 if let Some(reason) = failure {
                     if !matches!(scorer, Scorer::None(_)) && model_error.is_none() {
-                        outcome.errors.push(format!("model `{}`: likelihood scoring failed: {reason}", model.id));
+                        outcome.errors.push(format!(
+                            "model `{}`: likelihood scoring failed: {reason}",
+                            model.id
+                        ));
                     }
                     model_error = Some(reason.clone());
-                    cells.extend(detectors.iter().map(|&d| cell(d, "-", None, Some(reason.clone()))));
+                    cells.extend(
+                        detectors
+                            .iter()
+                            .map(|&d| cell(d, "-", None, Some(reason.clone()))),
+                    );
                     continue;
                 }
                 let method = found
@@ -242,7 +258,13 @@ pub fn run_likelihood(
                             negatives.push(score);
                         }
                     }
-                    let seed = bootstrap_seed(spec.seed, &model.id, &dataset.id, detector.test_id(), &serialization.id);
+                    let seed = bootstrap_seed(
+                        spec.seed,
+                        &model.id,
+                        &dataset.id,
+                        detector.test_id(),
+                        &serialization.id,
+                    );
                     let stats = bootstrap_stats(&positives, &negatives, BOOTSTRAP_RESAMPLES, seed);
                     let skipped = match &stats {
                         Some(_) => None,
