@@ -17,6 +17,9 @@ use crate::probe::{ProbeContext, PromptPack, likelihood_rows};
 use crate::request::{ApiMode, BackendKind, ModelIdentity, ScoreRequest, TokenLogprobs};
 use crate::store::{LikelihoodCellRow, RunId, Store};
 
+/// Texts scored between two commits to the cache.
+const SCORE_CHUNK: usize = 16;
+
 /// How the local engine's log-probabilities are labelled in the cache.
 pub const METHOD_LOCAL: &str = "local";
 
@@ -212,8 +215,15 @@ pub fn run_likelihood(
                         .collect();
                     let texts: Vec<String> =
                         missing.iter().map(|&i| requests[i].text.clone()).collect();
-                    if !texts.is_empty() {
-                        for (&i, result) in missing.iter().zip(scorer.score(&texts)) {
+                    // In chunks, each stored before the next: an interrupted run keeps
+                    // what it scored.
+                    for (indices, texts) in
+                        missing.chunks(SCORE_CHUNK).zip(texts.chunks(SCORE_CHUNK))
+                    {
+                        if failure.is_some() {
+                            break;
+                        }
+                        for (&i, result) in indices.iter().zip(scorer.score(texts)) {
                             match result {
                                 Ok((method, scores)) => {
                                     store.put_logprobs(&requests[i], method, &scores)?;
