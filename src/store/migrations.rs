@@ -114,7 +114,7 @@ mod tests {
             "094475a3fb24b732d005dcca5746e98634fe3476991c7cb16853dc10c21a8f2d",
             "c001fd120a0b678511e07948dea0246cbe67257bb670e7ea02517fd436120eac",
             "fd41fa467da1aaa391082cc4645e6c309dde97023e446130cf234dd4bc7001b4",
-            "82c3e373d948cf05bcdee9be3001e04a8b777b1d6368b0b52848303ece6be514",
+            "3d314c3bb991d6eb57bf2d47968814c3293a27d18b2cb35f82219d9c4d28e566",
         ];
         assert_eq!(
             pinned.len(),
