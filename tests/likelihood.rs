@@ -240,8 +240,13 @@ fn in_process_run_scores_iris_once_per_text() {
     let settings = run_settings(&spec, &cache, true);
     let report = run_experiment(&settings, &mut ()).unwrap();
     assert_eq!(report.status, RunStatus::Finished, "{report:?}");
-    // 100 originals + 100 perturbed copies, each scored once.
-    assert_eq!(report.likelihood.scored + report.likelihood.cached, 200);
+    // 100 originals + 100 perturbed copies; a row drawn twice is scored once.
+    assert_eq!(report.likelihood.cached, 0);
+    assert!(
+        (100..=200).contains(&report.likelihood.scored),
+        "{:?}",
+        report.likelihood
+    );
     assert_eq!(report.likelihood.cells, 4);
     let store = Store::open_read_only(&cache).unwrap();
     print_cells(&store);
@@ -356,7 +361,11 @@ fn run_against_llama_server_scores_and_skips_min_k_plus_plus() {
     let cache = dir.path().join("cache.sqlite");
     let report = run_experiment(&run_settings(&spec, &cache, false), &mut ()).unwrap();
     assert_eq!(report.status, RunStatus::Finished, "{report:?}");
-    assert_eq!(report.likelihood.scored, 200);
+    assert!(
+        (100..=200).contains(&report.likelihood.scored),
+        "{:?}",
+        report.likelihood
+    );
     let store = Store::open_read_only(&cache).unwrap();
     print_cells(&store);
     let cells = store.likelihood_cells().unwrap();

@@ -207,11 +207,14 @@ pub fn run_likelihood(
                     .collect();
                 let keys: Vec<_> = requests.iter().map(ScoreRequest::key).collect();
                 let mut found = store.logprobs(&keys)?;
-                outcome.cached += found.len() as u64;
+                // Per row: a row drawn twice (the membership draws repeat rows) counts twice.
+                outcome.cached += keys.iter().filter(|k| found.contains_key(k)).count() as u64;
                 let mut failure = model_error.clone();
                 if failure.is_none() {
+                    // Each missing key once: repeated rows are scored a single time.
+                    let mut seen = std::collections::HashSet::new();
                     let missing: Vec<usize> = (0..keys.len())
-                        .filter(|&i| !found.contains_key(&keys[i]))
+                        .filter(|&i| !found.contains_key(&keys[i]) && seen.insert(keys[i]))
                         .collect();
                     let texts: Vec<String> =
                         missing.iter().map(|&i| requests[i].text.clone()).collect();
