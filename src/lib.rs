@@ -11,6 +11,7 @@ pub mod dataset;
 pub mod decide;
 pub mod exposure;
 pub mod infer;
+pub mod likelihood;
 pub mod llm;
 pub mod probe;
 pub mod report;

@@ -479,6 +479,7 @@ impl Analytics {
             calibration: None,
             explorer: Vec::new(),
             explorer_trials: options.explorer_trials,
+            likelihood: Vec::new(),
         })
     }
 
@@ -940,6 +941,7 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
             explorer::explorer_cells(store, &trials, &analysis, options.explorer_trials)?;
     }
     analysis.explorer_trials = options.explorer_trials;
+    analysis.likelihood = store.likelihood_cells()?;
     Ok(analysis)
 }
 

@@ -56,6 +56,8 @@ pub struct Analysis {
     pub explorer: Vec<super::explorer::ExplorerCell>,
     /// The most trials `explorer` keeps per cell (0: no explorer).
     pub explorer_trials: usize,
+    /// The likelihood tests' cells (SPEC §8), by model, dataset, test, template.
+    pub likelihood: Vec<crate::store::LikelihoodCellRow>,
 }
 
 /// One cell's count against its chance level (SPEC §8 "Significance").

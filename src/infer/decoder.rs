@@ -417,6 +417,34 @@ impl DecoderModel {
     /// Runs new tokens through the model, filling the cache; returns the logits of each
     /// sequence's last token `(batch, vocab)` when asked.
     pub fn forward(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Option<Tensor>> {
+        let xs = self.hidden_states(step, cache)?;
+        if !step.want_logits {
+            return Ok(None);
+        }
+        let new = xs.dim(1)?;
+        let last = xs.narrow(1, new - 1, 1)?.squeeze(1)?;
+        self.logits(&last).map(Some)
+    }
+
+    /// Like [`forward`](Self::forward) but returns the logits after every new token,
+    /// `(batch, new, vocab)`: what scoring a given text needs.
+    pub fn forward_all_logits(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Tensor> {
+        let xs = self.hidden_states(step, cache)?;
+        self.logits(&xs)
+    }
+
+    /// Final norm, LM head and soft-cap, in f32.
+    fn logits(&self, hidden: &Tensor) -> CResult<Tensor> {
+        let normed = self.final_norm.forward(hidden)?;
+        let mut logits = self.lm_head.forward(&normed)?;
+        if let Some(cap) = self.spec.final_softcap {
+            logits = ((logits / cap)?.tanh()? * cap)?;
+        }
+        logits.to_dtype(DType::F32)
+    }
+
+    /// The last layer's output for the new tokens, `(batch, new, hidden)`, filling the cache.
+    fn hidden_states(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Tensor> {
         let (batch, new) = step.tokens.dims2()?;
         let ids = step.tokens.flatten_all()?;
         let rows = match &self.embed {
@@ -468,16 +496,7 @@ impl DecoderModel {
             let rotary = RotaryTables { rope, cos, sin };
             xs = self.layer_forward(layer, &xs, &rotary, mask, step.offset, layer_cache)?;
         }
-        if !step.want_logits {
-            return Ok(None);
-        }
-        let last = xs.narrow(1, new - 1, 1)?.squeeze(1)?;
-        let last = self.final_norm.forward(&last)?;
-        let mut logits = self.lm_head.forward(&last)?;
-        if let Some(cap) = self.spec.final_softcap {
-            logits = ((logits / cap)?.tanh()? * cap)?;
-        }
-        Ok(Some(logits.to_dtype(DType::F32)?))
+        Ok(xs)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -138,9 +138,9 @@ fn argmax(logits: &[f32]) -> u32 {
 /// Where each sequence's tokens sit in a micro-batch's cache:
 /// `[shared prefix | padding | own prompt suffix | generated]`.
 #[derive(Debug, Clone, Copy)]
-struct Layout {
-    prefix: usize,
-    pad: usize,
+pub(super) struct Layout {
+    pub(super) prefix: usize,
+    pub(super) pad: usize,
 }
 
 impl Layout {
@@ -159,7 +159,7 @@ impl Layout {
 
 /// Additive masks for query slots `queries` against key slots `0..keys`. A padding query
 /// attends to itself only, so that no softmax row is empty (which would produce NaN).
-fn build_masks(
+pub(super) fn build_masks(
     layouts: &[Layout],
     queries: std::ops::Range<usize>,
     keys: usize,
@@ -202,7 +202,7 @@ fn build_masks(
     })
 }
 
-fn token_tensor(rows: &[Vec<u32>], device: &Device) -> CResult<Tensor> {
+pub(super) fn token_tensor(rows: &[Vec<u32>], device: &Device) -> CResult<Tensor> {
     let width = rows.first().map_or(0, Vec::len);
     let flat: Vec<u32> = rows.iter().flatten().copied().collect();
     Tensor::from_vec(flat, (rows.len(), width), device)

@@ -42,6 +42,7 @@ pub mod files;
 pub mod generate;
 pub mod layers;
 pub mod qmatmul;
+pub mod score;
 pub mod tokenizer;
 pub mod weights;
 
@@ -462,6 +463,41 @@ impl LocalModel {
             results[i] = output;
         }
         Ok(results)
+    }
+
+    /// Per-token log-probabilities of `text` as the model reads it raw (no chat template:
+    /// the likelihood detectors score the row text itself), with μ and σ of the next-token
+    /// distribution at each position.
+    pub fn score_text(&mut self, text: &str) -> Result<crate::request::TokenLogprobs, LocalError> {
+        let ids = self.tokenizer.encode(text)?;
+        self.score_ids(&ids)
+    }
+
+    /// [`score_text`](Self::score_text) from token ids (as another implementation
+    /// tokenized them, for parity checks).
+    pub fn score_ids(&mut self, ids: &[u32]) -> Result<crate::request::TokenLogprobs, LocalError> {
+        use error::CandleContext;
+        let started = Instant::now();
+        let model = match &self.network {
+            Network::Decoder(model) => model,
+            Network::T5(_) => {
+                return Err(LocalError::Encode(
+                    "scoring a text needs a decoder-only model; T5 reads its input with an encoder and gives it no log-probabilities".into(),
+                ));
+            }
+        };
+        let vocab = model.embedding_rows();
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(LocalError::Encode(format!(
+                "token id {bad} is outside the vocabulary ({vocab})"
+            )));
+        }
+        let scored = score::score_decoder(model, ids)
+            .context(|| format!("scoring a text of {} tokens", ids.len()))?;
+        self.stats.prompts += 1;
+        self.stats.prompt_tokens_processed += ids.len().saturating_sub(1) as u64;
+        self.stats.prefill_nanos += started.elapsed().as_nanos() as u64;
+        Ok(scored)
     }
 
     /// Decodes generated ids (special tokens left out).

@@ -458,6 +458,103 @@ impl Client {
         Ok(parsed)
     }
 
+    /// One POST of a JSON body to `path` under the endpoint's base URL (or under its root
+    /// when `from_root`: llama.cpp's own `/tokenize` and `/completion` live beside `/v1`),
+    /// with the client's headers; the parsed JSON answer. No retries (the scoring loop
+    /// decides what to do on failure).
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        from_root: bool,
+    ) -> Result<serde_json::Value, LlmError> {
+        let inner = &*self.inner;
+        let endpoint = self.pick_endpoint();
+        let root = |base: &str| -> String {
+            let base = base.trim_end_matches('/');
+            match (from_root, base.strip_suffix("/v1")) {
+                (true, Some(stripped)) => stripped.to_owned(),
+                _ => base.to_owned(),
+            }
+        };
+        let request_url = format!("{}{path}", root(&endpoint.base));
+        let url = format!("{}{path}", root(&endpoint.shown));
+        let sent = inner
+            .http
+            .post(&request_url)
+            .headers(inner.auth.clone())
+            .json(body)
+            .send()
+            .await;
+        let response = sent.map_err(|e| self.transport_error(&url, &e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(&url, &e))?;
+        if !status.is_success() {
+            return Err(LlmError::Http {
+                model: inner.id.clone(),
+                status: status.as_u16(),
+                url,
+                message: error::server_message(&bytes, self.secret()),
+                hint: error::status_hint(status.as_u16(), inner.config.api_key_env.as_deref()),
+                retry_after: None,
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| LlmError::InvalidBody {
+            model: inner.id.clone(),
+            url,
+            message: self.scrub(&e.to_string()),
+        })
+    }
+
+    /// One GET of `path` (under the root when `from_root`, see [`post_json`](Self::post_json)),
+    /// parsed as JSON.
+    pub async fn get_json(
+        &self,
+        path: &str,
+        from_root: bool,
+    ) -> Result<serde_json::Value, LlmError> {
+        let inner = &*self.inner;
+        let endpoint = self.pick_endpoint();
+        let root = |base: &str| -> String {
+            let base = base.trim_end_matches('/');
+            match (from_root, base.strip_suffix("/v1")) {
+                (true, Some(stripped)) => stripped.to_owned(),
+                _ => base.to_owned(),
+            }
+        };
+        let url = format!("{}{path}", root(&endpoint.shown));
+        let response = inner
+            .http
+            .get(format!("{}{path}", root(&endpoint.base)))
+            .headers(inner.auth.clone())
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&url, &e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(&url, &e))?;
+        if !status.is_success() {
+            return Err(LlmError::Http {
+                model: inner.id.clone(),
+                status: status.as_u16(),
+                url,
+                message: error::server_message(&bytes, self.secret()),
+                hint: String::new(),
+                retry_after: None,
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| LlmError::InvalidBody {
+            model: inner.id.clone(),
+            url,
+            message: self.scrub(&e.to_string()),
+        })
+    }
+
     /// The experiment's name for this model.
     pub fn id(&self) -> &str {
         &self.inner.id

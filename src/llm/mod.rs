@@ -11,6 +11,7 @@ pub mod client;
 pub mod error;
 pub mod gemini;
 pub mod limits;
+pub mod logprobs;
 pub mod openai;
 pub mod retry;
 

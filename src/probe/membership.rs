@@ -66,25 +66,31 @@ fn serialize_cells(ctx: &ProbeContext<'_>, cells: &[String]) -> String {
 /// Prefix of a membership trial's note, followed by the queried row's index in the file.
 pub const MEMBERSHIP_ROW_NOTE: &str = "row ";
 
-pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+/// One trial's draws: an example row, its perturbed copy, the query row and the order.
+struct Draw {
+    example: usize,
+    example_copy: Vec<String>,
+    /// The queried row's index (original, or the row its perturbed copy was made from).
+    query: usize,
+    query_cells: Vec<String>,
+    query_is_original: bool,
+    original_first: bool,
+}
+
+/// The rows every trial of test 10 uses (the same draws for the membership prompts and
+/// the likelihood detectors), or why the test does not apply.
+fn draws(ctx: &ProbeContext<'_>) -> Result<Result<Vec<Draw>, String>, ProbeError> {
     let test = TestId::Membership;
     let table = ctx.table();
     if table.n_rows() < 2 {
-        return Ok(Probe {
-            prompts: vec![],
-            skipped: Some("needs at least 2 rows".into()),
-        });
+        return Ok(Err("needs at least 2 rows".into()));
     }
     let varying = varying_columns(table);
     if varying.is_empty() {
-        return Ok(Probe {
-            prompts: vec![],
-            skipped: Some("no column has more than one value".into()),
-        });
+        return Ok(Err("no column has more than one value".into()));
     }
     let originals: HashSet<&[String]> = table.rows.iter().map(Vec::as_slice).collect();
-    let choices = vec![YES.to_string(), NO.to_string()];
-    let mut prompts = Vec::with_capacity(MEMBERSHIP_TRIALS as usize);
+    let mut draws = Vec::with_capacity(MEMBERSHIP_TRIALS as usize);
     for trial in 0..MEMBERSHIP_TRIALS {
         let mut rng = ctx.rng(test, trial);
         // Exactly half the trials ask about an original row.
@@ -100,10 +106,69 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         } else {
             perturb(ctx, &mut rng, query, &varying, &originals)?
         };
-        let original_text = serialize_cells(ctx, &table.rows[example]);
-        let modified_text = serialize_cells(ctx, &example_copy);
         let original_first = rng.below(2) == 0;
-        let (example_1, label_1, example_2, label_2) = if original_first {
+        draws.push(Draw {
+            example,
+            example_copy,
+            query,
+            query_cells,
+            query_is_original,
+            original_first,
+        });
+    }
+    Ok(Ok(draws))
+}
+
+/// A serialized row for the likelihood detectors and whether it is an original row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabeledRow {
+    pub text: String,
+    pub original: bool,
+}
+
+/// The likelihood detectors' data (SPEC §8): each membership trial's example row and its
+/// perturbed copy, serialized as in the prompts (100 originals, 100 perturbed), or why
+/// the test does not apply.
+pub fn likelihood_rows(
+    ctx: &ProbeContext<'_>,
+) -> Result<Result<Vec<LabeledRow>, String>, ProbeError> {
+    Ok(draws(ctx)?.map(|draws| {
+        draws
+            .iter()
+            .flat_map(|d| {
+                [
+                    LabeledRow {
+                        text: serialize_cells(ctx, &ctx.table().rows[d.example]),
+                        original: true,
+                    },
+                    LabeledRow {
+                        text: serialize_cells(ctx, &d.example_copy),
+                        original: false,
+                    },
+                ]
+            })
+            .collect()
+    }))
+}
+
+pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
+    let test = TestId::Membership;
+    let table = ctx.table();
+    let draws = match draws(ctx)? {
+        Ok(draws) => draws,
+        Err(reason) => {
+            return Ok(Probe {
+                prompts: vec![],
+                skipped: Some(reason),
+            });
+        }
+    };
+    let choices = vec![YES.to_string(), NO.to_string()];
+    let mut prompts = Vec::with_capacity(MEMBERSHIP_TRIALS as usize);
+    for (trial, draw) in (0..MEMBERSHIP_TRIALS).zip(draws) {
+        let original_text = serialize_cells(ctx, &table.rows[draw.example]);
+        let modified_text = serialize_cells(ctx, &draw.example_copy);
+        let (example_1, label_1, example_2, label_2) = if draw.original_first {
             (&original_text, YES, &modified_text, NO)
         } else {
             (&modified_text, NO, &original_text, YES)
@@ -116,10 +181,10 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
                 ("label_1", label_1),
                 ("example_2", example_2),
                 ("label_2", label_2),
-                ("query", &serialize_cells(ctx, &query_cells)),
+                ("query", &serialize_cells(ctx, &draw.query_cells)),
             ],
         );
-        let correct = if query_is_original { 0 } else { 1 };
+        let correct = if draw.query_is_original { 0 } else { 1 };
         let mut prompt = ctx.prompt(
             test,
             trial,
@@ -131,7 +196,7 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         );
         // The queried row (original or the row its copy was made from), so a calibration
         // study can split the accuracy into rows trained on and held-out rows.
-        prompt.note = Some(format!("{MEMBERSHIP_ROW_NOTE}{query}"));
+        prompt.note = Some(format!("{MEMBERSHIP_ROW_NOTE}{}", draw.query));
         prompts.push(prompt);
     }
     Ok(Probe {

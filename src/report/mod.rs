@@ -13,6 +13,7 @@
 mod csv;
 mod evidence_page;
 pub mod explorer;
+pub mod likelihood;
 mod page;
 pub mod svg;
 pub mod tex;
@@ -129,6 +130,33 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         /// The calibration study (SPEC §8), when some model declares its exposure.
         #[serde(skip_serializing_if = "Option::is_none")]
         calibration: Option<&'a crate::analyze::calibration::Calibration>,
+        /// The likelihood tests (SPEC §8): AUROC of originals vs perturbed rows with its
+        /// bootstrap interval, TPR at 5 % FPR and the bootstrap p-value against 0.5.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        likelihood: Vec<LikelihoodJson<'a>>,
+    }
+    #[derive(Serialize)]
+    struct LikelihoodJson<'a> {
+        model: &'a str,
+        dataset: &'a str,
+        test: &'a str,
+        serialization: &'a str,
+        seed: u64,
+        method: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        auroc: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        auroc_interval: Option<[f64; 2]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tpr_at_5_fpr: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tpr_interval: Option<[f64; 2]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        p: Option<f64>,
+        positives: usize,
+        negatives: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        skipped: Option<&'a str>,
     }
     #[derive(Serialize)]
     struct SampleRuleJson {
@@ -215,6 +243,29 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         scoring_rule: &analysis.scoring_rule,
         evidence: &analysis.evidence,
         calibration: analysis.calibration.as_ref(),
+        likelihood: analysis
+            .likelihood
+            .iter()
+            .map(|c| {
+                let s = c.stats.as_ref();
+                LikelihoodJson {
+                    model: &c.model,
+                    dataset: &c.dataset,
+                    test: &c.test,
+                    serialization: &c.serialization,
+                    seed: c.seed,
+                    method: &c.method,
+                    auroc: s.map(|s| s.auroc),
+                    auroc_interval: s.map(|s| [s.auroc_low, s.auroc_high]),
+                    tpr_at_5_fpr: s.map(|s| s.tpr_at_5_fpr),
+                    tpr_interval: s.map(|s| [s.tpr_low, s.tpr_high]),
+                    p: s.map(|s| s.p_value),
+                    positives: s.map_or(0, |s| s.positives),
+                    negatives: s.map_or(0, |s| s.negatives),
+                    skipped: c.skipped.as_deref(),
+                }
+            })
+            .collect(),
     };
     let mut text = serde_json::to_string_pretty(&json).context("serializing scores.json")?;
     text.push('\n');

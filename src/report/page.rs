@@ -61,6 +61,8 @@ pub struct Page {
     pub explorer_trials_cap: usize,
     /// One figure per model family with two or more placed versions.
     pub timelines: Vec<TimelineView>,
+    /// The likelihood section (SPEC §8); `None` when no likelihood test was run.
+    pub likelihood: Option<super::likelihood::LikelihoodView>,
 }
 
 pub struct TimelineView {
@@ -480,6 +482,7 @@ impl Page {
                 })
                 .collect(),
             examples: examples(analysis, &label_of, &dataset_name, &test_name),
+            likelihood: super::likelihood::view(&analysis.likelihood),
             datasets,
         }
     }

@@ -5,10 +5,12 @@
 //! Architecture Invariant: this module owns no I/O; it is plain data plus the key encoding.
 
 pub mod key;
+pub mod score;
 
 use serde::{Deserialize, Serialize};
 
 pub use key::RequestKey;
+pub use score::{ScoreKey, ScoreRequest, TokenLogprobs};
 
 /// Which protocol a model speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 
 pub mod decide;
 pub mod execute;
+pub mod likelihood;
 pub mod local_exec;
 pub mod plan;
 pub mod session;

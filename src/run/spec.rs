@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::Serialization;
+use crate::likelihood::Detector;
 use crate::probe::TestId;
 use crate::request::{ApiMode, BackendKind};
 
@@ -261,6 +262,8 @@ pub struct Spec {
     pub seed: u64,
     pub datasets: Vec<String>,
     pub tests: Vec<TestId>,
+    /// The likelihood tests (`likelihood-…` ids in `tests`, or `likelihood` for all four).
+    pub likelihood: Vec<Detector>,
     pub serializations: Vec<Serialization>,
     pub prompt_pack: Option<PathBuf>,
     pub alg1_profile: crate::decide::Alg1Profile,
@@ -318,6 +321,7 @@ impl Spec {
         }
         check_datasets(&raw.datasets).map_err(|m| err(format!("datasets: {m}")))?;
         let tests = parse_tests(&raw.tests).map_err(|m| err(format!("tests: {m}")))?;
+        let likelihood = parse_likelihood(&raw.tests);
         let mut known: Vec<Serialization> = Serialization::builtins();
         for custom in &raw.custom_serializations {
             custom
@@ -433,6 +437,7 @@ impl Spec {
             seed: raw.seed,
             datasets: raw.datasets,
             tests,
+            likelihood,
             serializations,
             prompt_pack,
             alg1_profile,
@@ -487,6 +492,14 @@ impl Spec {
         match &model.tests {
             Some(names) => parse_tests(names).expect("validated on load"),
             None => self.tests.clone(),
+        }
+    }
+
+    /// The likelihood tests one model runs.
+    pub fn model_likelihood(&self, model: &ModelSpec) -> Vec<Detector> {
+        match &model.tests {
+            Some(names) => parse_likelihood(names),
+            None => self.likelihood.clone(),
         }
     }
 
@@ -726,14 +739,39 @@ fn is_redacted(text: &str) -> bool {
     })
 }
 
+/// Whether a `tests` entry names likelihood tests (`likelihood` or a `likelihood-…` id).
+fn is_likelihood_name(name: &str) -> bool {
+    name == "likelihood" || (name.starts_with("likelihood-") && Detector::parse(name).is_some())
+}
+
+/// The likelihood tests named in a `tests` list (`likelihood` = all four); not part of
+/// `all`, which stays the paper's twelve.
+pub fn parse_likelihood(names: &[String]) -> Vec<Detector> {
+    let mut detectors: Vec<Detector> = names
+        .iter()
+        .flat_map(|name| match name.as_str() {
+            "likelihood" => Detector::ALL.to_vec(),
+            _ if is_likelihood_name(name) => Detector::parse(name).into_iter().collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    detectors.sort();
+    detectors.dedup();
+    detectors
+}
+
 /// `["all"]` (the paper's 12), `"contamination"` (1–9), `"verbatim"` (13–16), ids or
-/// numbers; duplicates removed, test order kept.
+/// numbers; duplicates removed, test order kept. Likelihood names are left to
+/// [`parse_likelihood`].
 pub fn parse_tests(names: &[String]) -> Result<Vec<TestId>, String> {
     if names.is_empty() {
         return Err("empty; list test ids or [\"all\"]".into());
     }
     let mut tests = Vec::new();
     for name in names {
+        if is_likelihood_name(name) {
+            continue;
+        }
         // `all` keeps meaning the paper's twelve, so existing specs plan (and cache) what
         // they always did; later families are named on their own.
         if name == "all" {

@@ -94,6 +94,8 @@ pub struct RunReport {
     pub models: BTreeMap<String, ModelProgress>,
     /// An error of the executor itself (the cache could not be written, a thread died).
     pub executor_error: Option<String>,
+    /// The likelihood tests' phase (cells written, texts scored and cached).
+    pub likelihood: super::likelihood::LikelihoodOutcome,
     /// Time spent sending.
     #[serde(skip)]
     pub wall: Duration,
@@ -184,7 +186,39 @@ pub fn run_experiment(
             }
         }
     };
-    decide_and_finish(
+    // The likelihood tests score texts rather than generate: their own phase, after the
+    // generation requests, with their own cache table. A model that cannot be scored
+    // fails the run (with the reason) like a model that stopped.
+    let mut store = store;
+    let mut outcome = outcome;
+    let spec_dir = settings.spec.parent().unwrap_or(Path::new("."));
+    let likelihood = if outcome.interrupted {
+        super::likelihood::LikelihoodOutcome::default()
+    } else {
+        match super::likelihood::run_likelihood(
+            spec,
+            &prepared.plan.identities,
+            spec_dir,
+            settings.data_dir.as_deref(),
+            settings.offline,
+            &mut store,
+            run_id,
+        ) {
+            Ok(done) => done,
+            Err(error) => super::likelihood::LikelihoodOutcome {
+                errors: vec![format!("the likelihood tests failed: {error:#}")],
+                ..Default::default()
+            },
+        }
+    };
+    if !likelihood.errors.is_empty() {
+        let joined = likelihood.errors.join("; ");
+        outcome.error = Some(match outcome.error.take() {
+            Some(earlier) => format!("{earlier}; {joined}"),
+            None => joined,
+        });
+    }
+    let mut report = decide_and_finish(
         store,
         run_id,
         &prepared,
@@ -194,7 +228,9 @@ pub fn run_experiment(
         outcome,
         settings.offline,
         settings.shard,
-    )
+    )?;
+    report.likelihood = likelihood;
+    Ok(report)
 }
 
 /// Everything before the run is recorded. Fails without writing anything: weights are
@@ -440,6 +476,7 @@ fn decide_and_finish(
         trials_decided: decisions.trials.len(),
         models: outcome.per_model,
         executor_error: outcome.error,
+        likelihood: Default::default(),
         wall: outcome.wall,
     })
 }

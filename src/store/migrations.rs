@@ -44,6 +44,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0006_model_step",
         sql: include_str!("../../schema/sqlite/0006_model_step.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_logprobs",
+        sql: include_str!("../../schema/sqlite/0007_logprobs.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
@@ -127,6 +132,7 @@ mod tests {
             "2cf11a4128b5be1eaf7561a5288997324c72f2bfcd3572cbcc32a021050a0394",
             "9f2d093fa92d71c8c44745aa27e34d27da3859365eb405e40870517ea45921ae",
             "963442b20bc0131b17960e48dae2139c81c3bf4b7759e19ac0d74bbaec24b83c",
+            "7af8d9cf2df50b559f40f46dd35ab6ca452c9ec03729430f0b3d121d77edb62b",
         ];
         assert_eq!(
             pinned.len(),

@@ -17,6 +17,7 @@
 mod cache;
 mod error;
 mod merge;
+mod logprobs;
 mod migrations;
 mod results;
 mod runs;
@@ -32,6 +33,7 @@ use serde::de::DeserializeOwned;
 
 pub use error::{Result, StoreError};
 pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput, check_merge_inputs};
+pub use logprobs::LikelihoodCellRow;
 pub use migrations::SCHEMA_VERSION;
 pub use results::{CellRow, OWN_SOURCE, TrialRow};
 pub use runs::{DatasetRow, FailureRow, ModelRow, RunCounts, RunId, RunRow, RunStatus};

@@ -1,0 +1,234 @@
+//! ROC analysis of a detector's scores: AUROC (ties count one half), the ROC curve, TPR at
+//! a fixed FPR and a seeded, stratified bootstrap for intervals and a p-value against 0.5.
+
+use serde::Serialize;
+
+/// Bootstrap resamples (SPEC §8).
+pub const BOOTSTRAP_RESAMPLES: usize = 1000;
+/// The false-positive rate at which the true-positive rate is reported.
+pub const TARGET_FPR: f64 = 0.05;
+
+/// Probability that a random positive scores above a random negative, ties counting one
+/// half (the Mann–Whitney U statistic over `|pos|·|neg|`). `None` when a class is empty.
+pub fn auroc(positives: &[f64], negatives: &[f64]) -> Option<f64> {
+    if positives.is_empty() || negatives.is_empty() {
+        return None;
+    }
+    // Rank-based: O((n + m) log(n + m)) instead of comparing every pair.
+    let mut all: Vec<(f64, bool)> = positives
+        .iter()
+        .map(|&s| (s, true))
+        .chain(negatives.iter().map(|&s| (s, false)))
+        .collect();
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut rank_sum = 0.0;
+    let mut i = 0;
+    while i < all.len() {
+        let mut j = i;
+        while j < all.len() && all[j].0 == all[i].0 {
+            j += 1;
+        }
+        // Tied values share the mean of ranks i+1 ..= j.
+        let mean_rank = (i + 1 + j) as f64 / 2.0;
+        rank_sum += mean_rank * all[i..j].iter().filter(|(_, p)| *p).count() as f64;
+        i = j;
+    }
+    let (n, m) = (positives.len() as f64, negatives.len() as f64);
+    Some((rank_sum - n * (n + 1.0) / 2.0) / (n * m))
+}
+
+/// The ROC curve `(fpr, tpr)` from (0, 0) to (1, 1), one point per distinct score used as
+/// the threshold "score ≥ t is called seen".
+pub fn roc_curve(positives: &[f64], negatives: &[f64]) -> Vec<(f64, f64)> {
+    let mut thresholds: Vec<f64> = positives.iter().chain(negatives).copied().collect();
+    thresholds.sort_by(|a, b| b.total_cmp(a));
+    thresholds.dedup();
+    let rate = |scores: &[f64], t: f64| {
+        scores.iter().filter(|&&s| s >= t).count() as f64 / scores.len().max(1) as f64
+    };
+    let mut curve = vec![(0.0, 0.0)];
+    curve.extend(
+        thresholds
+            .iter()
+            .map(|&t| (rate(negatives, t), rate(positives, t))),
+    );
+    if curve.last() != Some(&(1.0, 1.0)) {
+        curve.push((1.0, 1.0));
+    }
+    curve
+}
+
+/// The highest TPR among thresholds whose FPR is at most `fpr` (0 when none is).
+pub fn tpr_at_fpr(positives: &[f64], negatives: &[f64], fpr: f64) -> Option<f64> {
+    if positives.is_empty() || negatives.is_empty() {
+        return None;
+    }
+    Some(
+        roc_curve(positives, negatives)
+            .into_iter()
+            .filter(|&(f, _)| f <= fpr + 1e-12)
+            .map(|(_, t)| t)
+            .fold(0.0, f64::max),
+    )
+}
+
+/// A detector's figures on one (model, dataset, serialization).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DetectorStats {
+    pub positives: usize,
+    pub negatives: usize,
+    pub auroc: f64,
+    /// Bootstrap 95 % percentile interval of the AUROC.
+    pub auroc_low: f64,
+    pub auroc_high: f64,
+    pub tpr_at_5_fpr: f64,
+    pub tpr_low: f64,
+    pub tpr_high: f64,
+    /// One-sided bootstrap p-value of "AUROC ≤ 0.5": `(1 + #{resampled AUROC ≤ 0.5}) / (1 + B)`.
+    pub p_value: f64,
+    pub roc: Vec<(f64, f64)>,
+}
+
+/// splitmix64: a fixed, dependency-free generator, so intervals never change with a crate
+/// version.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (multiply-shift; the bias is below 2⁻⁵⁰ for our sizes).
+    fn below(&mut self, n: usize) -> usize {
+        ((self.next() as u128 * n as u128) >> 64) as usize
+    }
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let index = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[index]
+}
+
+/// AUROC, TPR at 5 % FPR, their bootstrap 95 % intervals (`resamples` stratified resamples:
+/// positives and negatives are each drawn with replacement, so both classes are always
+/// present) and the bootstrap p-value of AUROC vs 0.5. Same `seed`, same figures.
+pub fn bootstrap_stats(
+    positives: &[f64],
+    negatives: &[f64],
+    resamples: usize,
+    seed: u64,
+) -> Option<DetectorStats> {
+    let auroc_value = auroc(positives, negatives)?;
+    let tpr_value = tpr_at_fpr(positives, negatives, TARGET_FPR)?;
+    let mut rng = SplitMix(seed);
+    let mut aurocs = Vec::with_capacity(resamples);
+    let mut tprs = Vec::with_capacity(resamples);
+    let (mut pos, mut neg) = (vec![0.0; positives.len()], vec![0.0; negatives.len()]);
+    for _ in 0..resamples {
+        for slot in pos.iter_mut() {
+            *slot = positives[rng.below(positives.len())];
+        }
+        for slot in neg.iter_mut() {
+            *slot = negatives[rng.below(negatives.len())];
+        }
+        aurocs.push(auroc(&pos, &neg)?);
+        tprs.push(tpr_at_fpr(&pos, &neg, TARGET_FPR)?);
+    }
+    let at_or_below_half = aurocs.iter().filter(|&&a| a <= 0.5).count();
+    aurocs.sort_by(f64::total_cmp);
+    tprs.sort_by(f64::total_cmp);
+    let interval = |sorted: &[f64], point: f64| {
+        if sorted.is_empty() {
+            (point, point)
+        } else {
+            (percentile(sorted, 0.025), percentile(sorted, 0.975))
+        }
+    };
+    let (auroc_low, auroc_high) = interval(&aurocs, auroc_value);
+    let (tpr_low, tpr_high) = interval(&tprs, tpr_value);
+    Some(DetectorStats {
+        positives: positives.len(),
+        negatives: negatives.len(),
+        auroc: auroc_value,
+        auroc_low,
+        auroc_high,
+        tpr_at_5_fpr: tpr_value,
+        tpr_low,
+        tpr_high,
+        p_value: (1 + at_or_below_half) as f64 / (1 + resamples) as f64,
+        roc: roc_curve(positives, negatives),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auroc_counts_ties_as_half() {
+        // Pairs (p, n): 3>1 ✓, 3>2 ✓, 3>2 ✓; 2>1 ✓, 2=2 ½, 2=2 ½; 1=1 ½, 1<2, 1<2
+        // → (4 wins + 3 ties · ½) / 9 = 5.5 / 9.
+        let a = auroc(&[3.0, 2.0, 1.0], &[1.0, 2.0, 2.0]).unwrap();
+        assert!((a - 5.5 / 9.0).abs() < 1e-12, "{a}");
+        assert_eq!(auroc(&[1.0, 1.0], &[1.0]), Some(0.5));
+        assert_eq!(auroc(&[2.0], &[1.0]), Some(1.0));
+        assert_eq!(auroc(&[0.0], &[1.0]), Some(0.0));
+        assert_eq!(auroc(&[], &[1.0]), None);
+    }
+
+    #[test]
+    fn auroc_equals_the_pairwise_definition() {
+        let mut rng = SplitMix(7);
+        let pos: Vec<f64> = (0..37).map(|_| rng.below(10) as f64).collect();
+        let neg: Vec<f64> = (0..23).map(|_| rng.below(8) as f64).collect();
+        let mut wins = 0.0;
+        for p in &pos {
+            for n in &neg {
+                wins += if p > n {
+                    1.0
+                } else if p == n {
+                    0.5
+                } else {
+                    0.0
+                };
+            }
+        }
+        let pairwise = wins / (pos.len() * neg.len()) as f64;
+        assert!((auroc(&pos, &neg).unwrap() - pairwise).abs() < 1e-12);
+    }
+
+    #[test]
+    fn roc_curve_and_tpr_at_five_percent() {
+        // Negatives 0..20 (one per 5 % FPR), positives 10..30.
+        let neg: Vec<f64> = (0..20).map(f64::from).collect();
+        let pos: Vec<f64> = (10..30).map(f64::from).collect();
+        let curve = roc_curve(&pos, &neg);
+        assert_eq!(curve.first(), Some(&(0.0, 0.0)));
+        assert_eq!(curve.last(), Some(&(1.0, 1.0)));
+        // Threshold 19: FPR 1/20 = 5 %, TPR: 19..29 → 11/20 = 0.55.
+        assert_eq!(tpr_at_fpr(&pos, &neg, 0.05), Some(0.55));
+        // Ties across classes move both rates at once: threshold 1 catches everything.
+        assert_eq!(roc_curve(&[1.0], &[1.0]), vec![(0.0, 0.0), (1.0, 1.0)]);
+        assert_eq!(tpr_at_fpr(&[1.0], &[1.0], 0.05), Some(0.0));
+    }
+
+    #[test]
+    fn bootstrap_is_seeded_and_brackets_the_estimate() {
+        let neg: Vec<f64> = (0..50).map(|i| f64::from(i % 17)).collect();
+        let pos: Vec<f64> = (0..50).map(|i| f64::from(i % 17) + 8.0).collect();
+        let a = bootstrap_stats(&pos, &neg, 1000, 42).unwrap();
+        let b = bootstrap_stats(&pos, &neg, 1000, 42).unwrap();
+        assert_eq!(a, b);
+        assert!(a.auroc_low <= a.auroc && a.auroc <= a.auroc_high, "{a:?}");
+        assert!(a.tpr_low <= a.tpr_at_5_fpr && a.tpr_at_5_fpr <= a.tpr_high);
+        assert!(a.p_value < 0.01, "{a:?}");
+        // Identical classes: AUROC 0.5 and nothing significant.
+        let same = bootstrap_stats(&neg, &neg, 1000, 42).unwrap();
+        assert_eq!(same.auroc, 0.5);
+        assert!(same.p_value > 0.3, "{same:?}");
+    }
+}

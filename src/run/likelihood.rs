@@ -1,0 +1,297 @@
+//! The likelihood tests of a run (SPEC §8): per (model, dataset, serialization), score the
+//! membership test's original rows and their perturbed copies, once per score key (the
+//! `logprobs` cache), and judge each selected detector by AUROC, TPR at 5 % FPR and
+//! bootstrap intervals. Runs after the generation requests are sent, before deciding.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::local_exec::weights_path;
+use super::spec::{ModelSpec, Spec};
+use crate::dataset::Dataset;
+use crate::dataset::catalog::Catalog;
+use crate::infer::{LocalModel, LocalOptions};
+use crate::likelihood::{Detector, bootstrap_stats, roc::BOOTSTRAP_RESAMPLES};
+use crate::llm::client::Client;
+use crate::probe::{ProbeContext, PromptPack, likelihood_rows};
+use crate::request::{ApiMode, BackendKind, ModelIdentity, ScoreRequest, TokenLogprobs};
+use crate::store::{LikelihoodCellRow, RunId, Store};
+
+/// Texts scored between two commits to the cache.
+const SCORE_CHUNK: usize = 16;
+
+/// How the local engine's log-probabilities are labelled in the cache.
+pub const METHOD_LOCAL: &str = "local";
+
+/// What the likelihood phase did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct LikelihoodOutcome {
+    pub cells: usize,
+    /// Texts scored now / found in the cache.
+    pub scored: u64,
+    pub cached: u64,
+    /// One line per model that could not be scored (the run fails with it).
+    pub errors: Vec<String>,
+}
+
+/// The seed of one cell's bootstrap: the spec's seed with the cell's coordinates, so every
+/// cell has its own resamples and the same cache gives the same intervals.
+fn bootstrap_seed(seed: u64, model: &str, dataset: &str, test: &str, serialization: &str) -> u64 {
+    let text = format!("{seed}\0{model}\0{dataset}\0{test}\0{serialization}");
+    let hash = blake3::hash(text.as_bytes());
+    u64::from_le_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// Where a model's log-probabilities come from, or why it has none.
+enum Scorer {
+    Local(Box<LocalModel>),
+    /// Loaded on first use: a run whose texts are all cached never loads the weights.
+    LocalPending(std::path::PathBuf, LocalOptions),
+    /// The client, its runtime, and how many texts to score at once (`None` until asked).
+    Remote(Client, tokio::runtime::Runtime, Option<usize>, usize),
+    None(String),
+}
+
+impl Scorer {
+    fn for_model(spec: &Spec, model: &ModelSpec, spec_dir: &Path, offline: bool) -> Scorer {
+        match model.backend {
+            BackendKind::Local => Scorer::LocalPending(
+                weights_path(model, spec_dir),
+                LocalOptions {
+                    chat_template: false,
+                    ..LocalOptions::default()
+                },
+            ),
+            BackendKind::OpenaiCompatible if offline => {
+                Scorer::None("not in the cache, and --offline sends nothing".into())
+            }
+            BackendKind::OpenaiCompatible if model.api == ApiMode::Chat => Scorer::None(
+                "chat-only model: scoring needs `/completions` with prompt log-probabilities (echo) or llama.cpp's server; set api = \"completions\"".into(),
+            ),
+            BackendKind::OpenaiCompatible => {
+                let client = Client::new(spec.client_config(model));
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                match (client, runtime) {
+                    (Ok(client), Ok(runtime)) => {
+                        Scorer::Remote(client, runtime, None, model.concurrency)
+                    }
+                    (Err(e), _) => Scorer::None(e.to_string()),
+                    (_, Err(e)) => Scorer::None(format!("cannot start a runtime: {e}")),
+                }
+            }
+            BackendKind::Anthropic => Scorer::None(
+                "the Anthropic Messages API gives no token log-probabilities".into(),
+            ),
+            BackendKind::Gemini => Scorer::None(
+                "the Gemini API gives no log-probabilities of a given text".into(),
+            ),
+        }
+    }
+
+    /// Scores `texts` (in order), or says why it cannot; stops at the first failure.
+    fn score(&mut self, texts: &[String]) -> Vec<Result<(&'static str, TokenLogprobs), String>> {
+        if let Scorer::LocalPending(path, options) = self {
+            match LocalModel::load(path, options) {
+                Ok(model) => *self = Scorer::Local(Box::new(model)),
+                Err(e) => return vec![Err(e.to_string())],
+            }
+        }
+        match self {
+            Scorer::Local(model) => {
+                let mut results = Vec::with_capacity(texts.len());
+                for text in texts {
+                    let result = model
+                        .score_text(text)
+                        .map(|s| (METHOD_LOCAL, s))
+                        .map_err(|e| e.to_string());
+                    let failed = result.is_err();
+                    results.push(result);
+                    if failed {
+                        break;
+                    }
+                }
+                results
+            }
+            Scorer::Remote(client, runtime, parallel, limit) => {
+                let parallel = *parallel.get_or_insert_with(|| {
+                    runtime.block_on(crate::llm::logprobs::parallel_texts(client, *limit))
+                });
+                runtime
+                    .block_on(crate::llm::logprobs::score_texts(client, texts, parallel))
+                    .into_iter()
+                    .map(|r| r.map_err(|e| e.to_string()))
+                    .collect()
+            }
+            Scorer::None(reason) => vec![Err(reason.clone())],
+            Scorer::LocalPending(..) => unreachable!("loaded above"),
+        }
+    }
+}
+
+/// Runs the likelihood tests of every model of `spec` that selects any, writing their
+/// cells for `run`. Errors of one model skip its cells with the reason and are returned in
+/// `errors`; only a cache error is an `Err`.
+pub fn run_likelihood(
+    spec: &Spec,
+    identities: &[ModelIdentity],
+    spec_dir: &Path,
+    data_dir: Option<&Path>,
+    offline: bool,
+    store: &mut Store,
+    run: RunId,
+) -> anyhow::Result<LikelihoodOutcome> {
+    let mut outcome = LikelihoodOutcome::default();
+    if spec
+        .models
+        .iter()
+        .all(|m| spec.model_likelihood(m).is_empty())
+    {
+        return Ok(outcome);
+    }
+    let catalog = Catalog::open(data_dir)?;
+    let pack = PromptPack::builtin();
+    let mut datasets: HashMap<String, Dataset> = HashMap::new();
+    let mut cells = Vec::new();
+    for (model, identity) in spec.models.iter().zip(identities) {
+        let detectors = spec.model_likelihood(model);
+        if detectors.is_empty() {
+            continue;
+        }
+        let mut scorer = Scorer::for_model(spec, model, spec_dir, offline);
+        let mut model_error: Option<String> = None;
+        for name in spec.model_datasets(model) {
+            if !datasets.contains_key(name) {
+                datasets.insert(name.clone(), catalog.load(name)?);
+            }
+            let dataset = &datasets[name];
+            for serialization in spec.model_serializations(model) {
+                let ctx = ProbeContext {
+                    dataset,
+                    serialization: &serialization,
+                    seed: spec.seed,
+                    pack: &pack,
+                    variant: spec.variant,
+                };
+                let cell = |test: Detector, method: &str, stats, skipped: Option<String>| {
+                    LikelihoodCellRow {
+                        model: model.id.clone(),
+                        dataset: dataset.id.clone(),
+                        test: test.test_id().to_string(),
+                        serialization: serialization.id.clone(),
+                        seed: spec.seed,
+                        method: method.to_string(),
+                        stats,
+                        skipped,
+                        run_id: None,
+                    }
+                };
+                let rows = match likelihood_rows(&ctx)? {
+                    Ok(rows) => rows,
+                    Err(reason) => {
+                        cells.extend(
+                            detectors
+                                .iter()
+                                .map(|&d| cell(d, "-", None, Some(reason.clone()))),
+                        );
+                        continue;
+                    }
+                };
+                let requests: Vec<ScoreRequest> = rows
+                    .iter()
+                    .map(|row| ScoreRequest {
+                        model: identity.clone(),
+                        text: row.text.clone(),
+                    })
+                    .collect();
+                let keys: Vec<_> = requests.iter().map(ScoreRequest::key).collect();
+                let mut found = store.logprobs(&keys)?;
+                // Per row: a row drawn twice (the membership draws repeat rows) counts twice.
+                outcome.cached += keys.iter().filter(|k| found.contains_key(k)).count() as u64;
+                let mut failure = model_error.clone();
+                if failure.is_none() {
+                    // Each missing key once: repeated rows are scored a single time.
+                    let mut seen = std::collections::HashSet::new();
+                    let missing: Vec<usize> = (0..keys.len())
+                        .filter(|&i| !found.contains_key(&keys[i]) && seen.insert(keys[i]))
+                        .collect();
+                    let texts: Vec<String> =
+                        missing.iter().map(|&i| requests[i].text.clone()).collect();
+                    // In chunks, each stored before the next: an interrupted run keeps
+                    // what it scored.
+                    for (indices, texts) in
+                        missing.chunks(SCORE_CHUNK).zip(texts.chunks(SCORE_CHUNK))
+                    {
+                        if failure.is_some() {
+                            break;
+                        }
+                        for (&i, result) in indices.iter().zip(scorer.score(texts)) {
+                            match result {
+                                Ok((method, scores)) => {
+                                    store.put_logprobs(&requests[i], method, &scores)?;
+                                    outcome.scored += 1;
+                                    found.insert(keys[i], (method.to_string(), scores));
+                                }
+                                Err(reason) => {
+                                    failure.get_or_insert(reason);
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some(reason) = failure {
+                    if !matches!(scorer, Scorer::None(_)) && model_error.is_none() {
+                        outcome.errors.push(format!(
+                            "model `{}`: likelihood scoring failed: {reason}",
+                            model.id
+                        ));
+                    }
+                    model_error = Some(reason.clone());
+                    cells.extend(
+                        detectors
+                            .iter()
+                            .map(|&d| cell(d, "-", None, Some(reason.clone()))),
+                    );
+                    continue;
+                }
+                let method = found
+                    .get(&keys[0])
+                    .map_or("-".to_string(), |(m, _)| m.clone());
+                for &detector in &detectors {
+                    let mut positives = Vec::new();
+                    let mut negatives = Vec::new();
+                    for (row, key) in rows.iter().zip(&keys) {
+                        let Some(score) = detector.score(&row.text, &found[key].1) else {
+                            continue;
+                        };
+                        if row.original {
+                            positives.push(score);
+                        } else {
+                            negatives.push(score);
+                        }
+                    }
+                    let seed = bootstrap_seed(
+                        spec.seed,
+                        &model.id,
+                        &dataset.id,
+                        detector.test_id(),
+                        &serialization.id,
+                    );
+                    let stats = bootstrap_stats(&positives, &negatives, BOOTSTRAP_RESAMPLES, seed);
+                    let skipped = match &stats {
+                        Some(_) => None,
+                        None if detector.needs_distribution() => Some(format!(
+                            "needs the full next-token distribution (μ, σ), which `{method}` does not give; local models only"
+                        )),
+                        None => Some("no row had a scored token".into()),
+                    };
+                    cells.push(cell(detector, &method, stats, skipped));
+                }
+            }
+        }
+    }
+    outcome.cells = cells.len();
+    store.put_likelihood_cells(run, &cells)?;
+    Ok(outcome)
+}
