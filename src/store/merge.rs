@@ -250,12 +250,15 @@ fn merge_one(
     merged.models_added_or_updated = tx
         .execute(
             &format!(
-                "INSERT INTO main.models (id, label, family, backend, model, revision, release_date, training_cutoff, updated_at)
-                 SELECT id, label, family, backend, model, revision, release_date, training_cutoff, updated_at
+                "INSERT INTO main.models (id, label, family, backend, model, revision, release_date, training_cutoff,
+                                          exposure, step, updated_at)
+                 SELECT id, label, family, backend, model, revision, release_date, training_cutoff,
+                        exposure, step, updated_at
                  FROM {src}.models WHERE true
                  ON CONFLICT (id) DO UPDATE SET
                    label = excluded.label, family = excluded.family,
                    release_date = excluded.release_date, training_cutoff = excluded.training_cutoff,
+                   exposure = excluded.exposure, step = excluded.step,
                    updated_at = excluded.updated_at
                  WHERE excluded.updated_at > models.updated_at"
             ),
@@ -431,9 +434,11 @@ fn merge_one(
         .execute(
             &format!(
                 "INSERT INTO main.cells (source, model, dataset, test, serialization, seed, run_id, passed, score,
-                                         trials, passed_trials, invalid_trials, skipped)
+                                         trials, passed_trials, invalid_trials, skipped, echo_trials, chance,
+                                         chance_basis, trial_chance)
                  SELECT c.source, c.model, c.dataset, c.test, c.serialization, c.seed, r.new, c.passed, c.score,
-                        c.trials, c.passed_trials, c.invalid_trials, c.skipped
+                        c.trials, c.passed_trials, c.invalid_trials, c.skipped, c.echo_trials, c.chance,
+                        c.chance_basis, c.trial_chance
                  FROM {src}.cells c
                  JOIN temp.merge_cell w USING (source, model, dataset, test, serialization, seed)
                  LEFT JOIN temp.merge_run r ON r.old = c.run_id"
@@ -445,9 +450,9 @@ fn merge_one(
         .execute(
             &format!(
                 "INSERT INTO main.trials (model, dataset, test, serialization, seed, sample, trial, run_id,
-                                          request_key, note, expected, passed, invalid)
+                                          request_key, note, expected, passed, invalid, echo)
                  SELECT t.model, t.dataset, t.test, t.serialization, t.seed, t.sample, t.trial, r.new,
-                        t.request_key, t.note, t.expected, t.passed, t.invalid
+                        t.request_key, t.note, t.expected, t.passed, t.invalid, t.echo
                  FROM {src}.trials t
                  JOIN temp.merge_cell w
                    ON w.source = 'tabcontam'
@@ -461,15 +466,50 @@ fn merge_one(
     tx.execute(
         &format!(
             "INSERT INTO main.cell_samples (model, dataset, test, serialization, seed, sample, run_id, passed,
-                                            score, trials, passed_trials, invalid_trials)
+                                            score, trials, passed_trials, invalid_trials, trial_chance)
              SELECT s.model, s.dataset, s.test, s.serialization, s.seed, s.sample, r.new, s.passed,
-                    s.score, s.trials, s.passed_trials, s.invalid_trials
+                    s.score, s.trials, s.passed_trials, s.invalid_trials, s.trial_chance
              FROM {src}.cell_samples s
              JOIN temp.merge_cell w
                ON w.source = 'tabcontam'
               AND (w.model, w.dataset, w.test, w.serialization, w.seed)
                 = (s.model, s.dataset, s.test, s.serialization, s.seed)
              JOIN temp.merge_run r ON r.old = s.run_id"
+        ),
+        [],
+    )
+    .at(at)?;
+    // Scored texts are keyed like responses (a score key per text and model): the same
+    // key is the same computation, so the first one kept stands.
+    tx.execute(
+        &format!(
+            "INSERT OR IGNORE INTO main.logprobs (key, identity_id, text, method, tokens, logprobs, mu,
+                                                  sigma, created_at)
+             SELECT l.key, i.new, l.text, l.method, l.tokens, l.logprobs, l.mu, l.sigma, l.created_at
+             FROM {src}.logprobs l JOIN temp.merge_identity i ON i.old = l.identity_id"
+        ),
+        [],
+    )
+    .at(at)?;
+    // A likelihood cell in several caches keeps the one of the run that started last, as
+    // cells do.
+    tx.execute(
+        &format!(
+            "INSERT INTO main.likelihood_cells (model, dataset, test, serialization, seed, run_id, method,
+                 positives, negatives, auroc, auroc_low, auroc_high, tpr_at_5_fpr, tpr_low, tpr_high,
+                 p_value, roc, skipped)
+             SELECT l.model, l.dataset, l.test, l.serialization, l.seed, r.new, l.method, l.positives,
+                    l.negatives, l.auroc, l.auroc_low, l.auroc_high, l.tpr_at_5_fpr, l.tpr_low,
+                    l.tpr_high, l.p_value, l.roc, l.skipped
+             FROM {src}.likelihood_cells l JOIN temp.merge_run r ON r.old = l.run_id WHERE true
+             ON CONFLICT (model, dataset, test, serialization, seed) DO UPDATE SET
+               run_id = excluded.run_id, method = excluded.method, positives = excluded.positives,
+               negatives = excluded.negatives, auroc = excluded.auroc, auroc_low = excluded.auroc_low,
+               auroc_high = excluded.auroc_high, tpr_at_5_fpr = excluded.tpr_at_5_fpr,
+               tpr_low = excluded.tpr_low, tpr_high = excluded.tpr_high, p_value = excluded.p_value,
+               roc = excluded.roc, skipped = excluded.skipped
+             WHERE (SELECT started_at FROM main.runs WHERE id = excluded.run_id)
+                 > (SELECT started_at FROM main.runs WHERE id = likelihood_cells.run_id)"
         ),
         [],
     )

@@ -303,7 +303,7 @@ fn write_trials(
         let mut stmt = tx
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO trials ({TRIAL_COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
             ))
             .at(path)?;
         for t in trials {
