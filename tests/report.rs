@@ -985,7 +985,7 @@ fn paper_grid_report_size() {
             pack: &pack,
             variant: Variant::Paper,
         };
-        let probes: Vec<_> = TestId::ALL
+        let probes: Vec<_> = TestId::PAPER
             .iter()
             .map(|&t| (t, build(t, &ctx).unwrap()))
             .collect();
