@@ -16,8 +16,8 @@
 
 mod cache;
 mod error;
-mod merge;
 mod logprobs;
+mod merge;
 mod migrations;
 mod results;
 mod runs;
@@ -32,8 +32,8 @@ use rusqlite::{Connection, OpenFlags, Row, Transaction, TransactionBehavior};
 use serde::de::DeserializeOwned;
 
 pub use error::{Result, StoreError};
-pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput, check_merge_inputs};
 pub use logprobs::LikelihoodCellRow;
+pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput, check_merge_inputs};
 pub use migrations::SCHEMA_VERSION;
 pub use results::{CellRow, OWN_SOURCE, TrialRow};
 pub use runs::{DatasetRow, FailureRow, ModelRow, RunCounts, RunId, RunRow, RunStatus};
