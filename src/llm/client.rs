@@ -470,43 +470,14 @@ impl Client {
     ) -> Result<serde_json::Value, LlmError> {
         let inner = &*self.inner;
         let endpoint = self.pick_endpoint();
-        let root = |base: &str| -> String {
-            let base = base.trim_end_matches('/');
-            match (from_root, base.strip_suffix("/v1")) {
-                (true, Some(stripped)) => stripped.to_owned(),
-                _ => base.to_owned(),
-            }
-        };
-        let request_url = format!("{}{path}", root(&endpoint.base));
-        let url = format!("{}{path}", root(&endpoint.shown));
-        let sent = inner
+        let request = inner
             .http
-            .post(&request_url)
-            .headers(inner.auth.clone())
-            .json(body)
-            .send()
-            .await;
-        let response = sent.map_err(|e| self.transport_error(&url, &e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
+            .post(format!("{}{path}", url_root(&endpoint.base, from_root)))
+            .json(body);
+        let url = format!("{}{path}", url_root(&endpoint.shown, from_root));
+        let key_env = inner.config.api_key_env.as_deref();
+        self.json_answer(request, url, |status| error::status_hint(status, key_env))
             .await
-            .map_err(|e| self.transport_error(&url, &e))?;
-        if !status.is_success() {
-            return Err(LlmError::Http {
-                model: inner.id.clone(),
-                status: status.as_u16(),
-                url,
-                message: error::server_message(&bytes, self.secret()),
-                hint: error::status_hint(status.as_u16(), inner.config.api_key_env.as_deref()),
-                retry_after: None,
-            });
-        }
-        serde_json::from_slice(&bytes).map_err(|e| LlmError::InvalidBody {
-            model: inner.id.clone(),
-            url,
-            message: self.scrub(&e.to_string()),
-        })
     }
 
     /// One GET of `path` (under the root when `from_root`, see [`post_json`](Self::post_json)),
@@ -516,19 +487,25 @@ impl Client {
         path: &str,
         from_root: bool,
     ) -> Result<serde_json::Value, LlmError> {
-        let inner = &*self.inner;
         let endpoint = self.pick_endpoint();
-        let root = |base: &str| -> String {
-            let base = base.trim_end_matches('/');
-            match (from_root, base.strip_suffix("/v1")) {
-                (true, Some(stripped)) => stripped.to_owned(),
-                _ => base.to_owned(),
-            }
-        };
-        let url = format!("{}{path}", root(&endpoint.shown));
-        let response = inner
+        let request = self
+            .inner
             .http
-            .get(format!("{}{path}", root(&endpoint.base)))
+            .get(format!("{}{path}", url_root(&endpoint.base, from_root)));
+        let url = format!("{}{path}", url_root(&endpoint.shown, from_root));
+        self.json_answer(request, url, |_| String::new()).await
+    }
+
+    /// Sends `request` with the client's headers and parses the answer as JSON; `url` is
+    /// the redacted URL errors name, `hint` the fix for an HTTP status.
+    async fn json_answer(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: String,
+        hint: impl Fn(u16) -> String,
+    ) -> Result<serde_json::Value, LlmError> {
+        let inner = &*self.inner;
+        let response = request
             .headers(inner.auth.clone())
             .send()
             .await
@@ -544,7 +521,7 @@ impl Client {
                 status: status.as_u16(),
                 url,
                 message: error::server_message(&bytes, self.secret()),
-                hint: String::new(),
+                hint: hint(status.as_u16()),
                 retry_after: None,
             });
         }
@@ -795,6 +772,16 @@ fn is_loopback(url: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `base` without a trailing `/`, and without its `/v1` when `from_root` (llama.cpp's own
+/// `/tokenize` and `/completion` live beside `/v1`).
+fn url_root(base: &str, from_root: bool) -> String {
+    let base = base.trim_end_matches('/');
+    match (from_root, base.strip_suffix("/v1")) {
+        (true, Some(stripped)) => stripped.to_owned(),
+        _ => base.to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -167,13 +167,7 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
 }
 
 fn roc_svg(title: &str, curves: &[(String, &[(f64, f64)])]) -> String {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (420, 400)).into_drawing_area();
-        draw_roc(&root, title, curves).expect("drawing into a String cannot fail");
-        root.present().expect("drawing into a String cannot fail");
-    }
-    svg
+    super::svg::render((420, 400), |root| draw_roc(root, title, curves))
 }
 
 fn clean(text: &str) -> String {
@@ -275,14 +269,9 @@ fn heatmap_svg(
 ) -> String {
     let width = (LEFT + datasets.len().max(1) as i32 * CELL_W + 12) as u32;
     let height = (TOP + models.len().max(1) as i32 * CELL_H + 12) as u32;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-        draw_heatmap(&root, title, models, datasets, values)
-            .expect("drawing into a String cannot fail");
-        root.present().expect("drawing into a String cannot fail");
-    }
-    svg
+    super::svg::render((width, height), |root| {
+        draw_heatmap(root, title, models, datasets, values)
+    })
 }
 
 fn draw_heatmap<DB: DrawingBackend>(

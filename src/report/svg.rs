@@ -7,6 +7,21 @@
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+/// Draws with `draw` into a fresh SVG document of `size` pixels. Drawing into a String
+/// cannot fail, so an error here is a bug.
+pub(crate) fn render<E: std::fmt::Debug>(
+    size: (u32, u32),
+    draw: impl for<'a> FnOnce(&DrawingArea<SVGBackend<'a>, plotters::coord::Shift>) -> Result<(), E>,
+) -> String {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        draw(&root).expect("drawing into a String cannot fail");
+        root.present().expect("drawing into a String cannot fail");
+    }
+    svg
+}
+
 /// The state of one heatmap square.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Square {
@@ -46,14 +61,9 @@ pub fn heatmap(
     let columns = dataset_names.len().max(1) as i32;
     let width = (LEFT + columns * CELL + 12) as u32;
     let height = (TITLE + TOP + 9 * CELL + 12) as u32;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-        draw_heatmap(&root, title, test_names, dataset_names, squares)
-            .expect("drawing into a String cannot fail");
-        root.present().expect("drawing into a String cannot fail");
-    }
-    svg
+    render((width, height), |root| {
+        draw_heatmap(root, title, test_names, dataset_names, squares)
+    })
 }
 
 fn draw_heatmap<DB: DrawingBackend>(
@@ -146,13 +156,7 @@ const ONE_SHOT: RGBColor = RGBColor(214, 39, 40);
 /// Contamination (x) against mean 0-shot and 1-shot accuracy (y), one labelled point per
 /// model and setting.
 pub fn scatter(points: &[Point]) -> String {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (640, 440)).into_drawing_area();
-        draw_scatter(&root, points).expect("drawing into a String cannot fail");
-        root.present().expect("drawing into a String cannot fail");
-    }
-    svg
+    render((640, 440), |root| draw_scatter(root, points))
 }
 
 fn draw_scatter<DB: DrawingBackend>(
@@ -255,13 +259,9 @@ fn cut(text: &str, max_chars: usize) -> String {
 pub fn rate_matrix(rows: &[String], columns: &[String], rates: &[Vec<Option<f64>>]) -> String {
     let width = (LEFT + columns.len().max(1) as i32 * (CELL * 2) + 20) as u32;
     let height = (TITLE + TOP + rows.len().max(1) as i32 * CELL + 10) as u32;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-        draw_rate_matrix(&root, rows, columns, rates).expect("drawing into a String cannot fail");
-        root.present().expect("drawing into a String cannot fail");
-    }
-    svg
+    render((width, height), |root| {
+        draw_rate_matrix(root, rows, columns, rates)
+    })
 }
 
 fn draw_rate_matrix<DB: DrawingBackend>(
@@ -338,14 +338,9 @@ pub fn dose_response(
     points: &[DosePoint],
     false_positive_rate: Option<f64>,
 ) -> String {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (320, 220)).into_drawing_area();
-        draw_dose_response(&root, title, points, false_positive_rate)
-            .expect("drawing into a String cannot fail");
-        root.present().expect("drawing into a String cannot fail");
-    }
-    svg
+    render((320, 220), |root| {
+        draw_dose_response(root, title, points, false_positive_rate)
+    })
 }
 
 fn draw_dose_response<DB: DrawingBackend>(

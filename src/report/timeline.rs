@@ -147,13 +147,7 @@ fn x_text(axis: Axis, x: f64) -> String {
 
 /// The family's figure as SVG.
 pub fn svg(timeline: &Timeline) -> String {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (640, 360)).into_drawing_area();
-        draw(&root, timeline).expect("drawing into a String cannot fail");
-        root.present().expect("drawing into a String cannot fail");
-    }
-    svg
+    super::svg::render((640, 360), |root| draw(root, timeline))
 }
 
 fn draw<DB: DrawingBackend>(
