@@ -3,9 +3,10 @@
 //! (written by `tabcontam contaminate`) or from the spec's model keys (`trained_on`, `dose`,
 //! `base`). Plain data: no I/O except [`Exposure::from_manifest`].
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The manifest file a checkpoint folder carries.
 pub const MANIFEST_FILE: &str = "tabcontam-manifest.json";
@@ -24,10 +25,37 @@ pub struct Exposure {
     /// against it); `None` for a base model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
-    /// Row indexes trained on (a held-out split leaves the others unseen); `None` = all rows
-    /// or not known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trained_rows: Option<Vec<usize>>,
+    /// Dataset id → row indexes trained on (a held-out split leaves the others unseen);
+    /// `None` = all rows or not known. The key [`EVERY_DATASET`] applies to every dataset
+    /// trained on (what a bare list of rows means).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rows_per_dataset"
+    )]
+    pub trained_rows: Option<BTreeMap<String, Vec<usize>>>,
+}
+
+/// The `trained_rows` key that stands for every dataset trained on.
+pub const EVERY_DATASET: &str = "*";
+
+/// Reads `trained_rows` as written by `contaminate` (`{dataset: [rows]}`) or as a bare list
+/// of rows (one list for every dataset trained on).
+fn rows_per_dataset<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, Vec<usize>>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Rows {
+        PerDataset(BTreeMap<String, Vec<usize>>),
+        Every(Vec<usize>),
+    }
+    Ok(
+        Option::<Rows>::deserialize(deserializer)?.map(|rows| match rows {
+            Rows::PerDataset(map) => map,
+            Rows::Every(list) => BTreeMap::from([(EVERY_DATASET.to_string(), list)]),
+        }),
+    )
 }
 
 /// Errors reading a manifest.
@@ -62,8 +90,8 @@ struct RawManifest {
 
 #[derive(Deserialize)]
 struct RawRows {
-    #[serde(default)]
-    trained_rows: Option<Vec<usize>>,
+    #[serde(default, deserialize_with = "rows_per_dataset")]
+    trained_rows: Option<BTreeMap<String, Vec<usize>>>,
 }
 
 impl Exposure {
@@ -104,6 +132,17 @@ impl Exposure {
     pub fn trained_on(&self, dataset: &str) -> bool {
         self.trained_on.iter().any(|d| d == dataset)
     }
+
+    /// The rows of `dataset` trained on, when the model was trained on it and they are known.
+    pub fn rows_trained(&self, dataset: &str) -> Option<&[usize]> {
+        if !self.trained_on(dataset) {
+            return None;
+        }
+        let rows = self.trained_rows.as_ref()?;
+        rows.get(dataset)
+            .or_else(|| rows.get(EVERY_DATASET))
+            .map(Vec::as_slice)
+    }
 }
 
 #[cfg(test)]
@@ -118,7 +157,27 @@ mod tests {
         .unwrap();
         assert_eq!(exposure.trained_on, vec!["iris".to_string()]);
         assert_eq!(exposure.dose, 2.0);
-        assert_eq!(exposure.trained_rows, Some(vec![0, 3]));
+        assert_eq!(exposure.rows_trained("iris"), Some(&[0, 3][..]));
+        assert_eq!(exposure.rows_trained("wine"), None);
         assert!(Exposure::parse_manifest(r#"{"epoch": 1}"#).is_err());
+    }
+
+    /// What `tabcontam contaminate` writes: rows per dataset, the base model as an object.
+    #[test]
+    fn a_contaminate_manifest_gives_rows_per_dataset() {
+        let exposure = Exposure::parse_manifest(
+            r#"{"format": 1, "base_model": {"path": "/m", "digest": "blake3:00"},
+                "datasets": ["iris", "wine"], "epoch": 3, "step": 12,
+                "rows": {"selection": "holdout:0.2", "trained_rows": {"iris": [1, 2], "wine": [0]},
+                         "unseen_rows": {"iris": [0], "wine": [1]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(exposure.dose, 3.0);
+        assert_eq!(exposure.base, None);
+        assert_eq!(exposure.rows_trained("iris"), Some(&[1, 2][..]));
+        assert_eq!(exposure.rows_trained("wine"), Some(&[0][..]));
+        // Stored and read back (models.exposure) the same.
+        let stored = serde_json::to_string(&exposure).unwrap();
+        assert_eq!(serde_json::from_str::<Exposure>(&stored).unwrap(), exposure);
     }
 }

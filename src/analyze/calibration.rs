@@ -371,7 +371,7 @@ pub fn calibrate(
         let Some(e) = exposure.get(t.model.as_str()) else {
             continue;
         };
-        let (Some(trained_rows), true) = (&e.trained_rows, e.trained_on(&t.dataset)) else {
+        let Some(trained_rows) = e.rows_trained(&t.dataset) else {
             continue;
         };
         let Some(row) = t

@@ -285,22 +285,38 @@ pub fn build_checkpoints(
     progress(&format!("loading {}", files.weights_path().display()));
     let model = LlamaTrainer::load(&files)?;
     let tokenizer = load_tokenizer(&files)?;
-    let mut tokens = Vec::new();
-    let mut windows = Vec::new();
-    for (_, document) in &text.documents {
-        match settings.windows {
-            WindowLayout::Packed => tokens.extend(tokenizer.encode(document)?),
-            WindowLayout::Rows => {
-                let encode = |t: &str| tokenizer.encode(t).map_err(TrainError::from);
-                windows.extend(data::row_windows(document, settings.seq_len, &encode)?);
+    // The windows of one epoch: the same every epoch, except for `mixed`, whose second half
+    // follows a fresh seeded row order each epoch.
+    let header_lines = usize::from(matches!(settings.text, TextForm::Raw));
+    let epoch_windows = |epoch: usize| -> Result<Vec<Window>, TrainError> {
+        let encode = |t: &str| tokenizer.encode(t).map_err(TrainError::from);
+        let mut windows = Vec::new();
+        // Packed: one token stream over every document, cut into consecutive windows.
+        let mut stream = Vec::new();
+        for (dataset, document) in &text.documents {
+            match settings.windows {
+                WindowLayout::Packed => stream.extend(encode(document)?),
+                WindowLayout::Rows => {
+                    windows.extend(data::row_windows(document, settings.seq_len, &encode)?)
+                }
+                WindowLayout::Mixed => {
+                    windows.extend(data::row_windows(document, settings.seq_len, &encode)?);
+                    let mut rng = SeededRng::new(&format!(
+                        "train-rows/{}/{dataset}/{epoch}",
+                        settings.seed
+                    ));
+                    let reordered = data::reorder_rows(document, header_lines, &mut rng);
+                    windows.extend(data::row_windows(&reordered, settings.seq_len, &encode)?);
+                }
             }
         }
-    }
-    if settings.windows == WindowLayout::Packed {
-        windows = data::windows(&tokens, settings.seq_len);
-    } else {
-        tokens = windows.iter().flat_map(|w| w.ids[1..].to_vec()).collect();
-    }
+        if settings.windows == WindowLayout::Packed {
+            windows = data::windows(&stream, settings.seq_len);
+        }
+        Ok(windows)
+    };
+    let mut windows = epoch_windows(1)?;
+    let tokens: usize = windows.iter().map(|w| w.ids.len() - 1).sum();
     if windows.is_empty() {
         return Err(TrainError::NoTokens {
             datasets: settings.datasets.join(", "),
@@ -309,9 +325,9 @@ pub fn build_checkpoints(
     let per_step = settings.batch_size * settings.grad_accum;
     let steps_per_epoch = windows.len().div_ceil(per_step);
     progress(&format!(
-        "{} parameters; {} target tokens of {} ({} rows, text {}) in {} {} windows of ≤{} tokens; {} epochs × {} steps (batch {} × accumulation {})",
+        "{} parameters; {} target tokens of {} ({} rows, text {}) in {} {} windows of ≤{} tokens per epoch; {} epochs × {} steps (batch {} × accumulation {})",
         model.parameter_count(),
-        tokens.len(),
+        tokens,
         settings.datasets.join(", "),
         text.trained_rows.values().map(Vec::len).sum::<usize>(),
         settings.text.label(),
@@ -348,6 +364,9 @@ pub fn build_checkpoints(
     let mut tokens_trained = 0u64;
     let mut checkpoints = Vec::new();
     for epoch in 1..=settings.epochs {
+        if epoch > 1 && settings.windows == WindowLayout::Mixed {
+            windows = epoch_windows(epoch)?;
+        }
         let mut order: Vec<usize> = (0..windows.len()).collect();
         SeededRng::new(&format!("train-order/{}/{epoch}", settings.seed)).shuffle(&mut order);
         let (mut epoch_loss, mut epoch_targets) = (0.0, 0.0);

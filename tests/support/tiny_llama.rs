@@ -172,18 +172,25 @@ pub fn byte_tokenizer() -> Value {
 /// Vocabulary of [`byte_tokenizer`]: 256 bytes and `</s>`.
 pub const BYTE_VOCAB: usize = 257;
 
-/// Pieces of `text` as [`piece_tokenizer`] cuts it: runs of letters/digits/`_`, and every
-/// other character alone (spaces, commas, dots, newlines).
+/// Pieces of `text` as [`piece_tokenizer`] cuts it: runs of letters/digits/`_` with the
+/// space before them if there is one (as BPE tokenizers attach it), and every other
+/// character alone (other spaces, commas, dots, newlines).
 pub fn pieces(text: &str) -> Vec<String> {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
     let mut out = Vec::new();
     let mut word = String::new();
     for c in text.chars() {
-        if c.is_alphanumeric() || c == '_' {
+        if is_word(c) {
+            word.push(c);
+            continue;
+        }
+        if !word.is_empty() {
+            out.push(std::mem::take(&mut word));
+        }
+        // A space waits: the word after it takes it.
+        if c == ' ' {
             word.push(c);
         } else {
-            if !word.is_empty() {
-                out.push(std::mem::take(&mut word));
-            }
             out.push(c.to_string());
         }
     }
@@ -193,17 +200,26 @@ pub fn pieces(text: &str) -> Vec<String> {
     out
 }
 
-/// A word-level `tokenizer.json` over the pieces of `corpus` (see [`pieces`]): id 0 is
-/// `<unk>` (any other word, skipped when decoding), id 1 `</s>`. Decoding concatenates
-/// pieces exactly (`Fuse`), so a model can write numbers and punctuation back; prompts
-/// stay short (a word is one token), which a tiny model needs. Returns the vocabulary size.
+/// A word-level `tokenizer.json` over the pieces of `corpus` (see [`pieces`]), each word
+/// with and without its leading space: id 0 is `<unk>` (any other word, skipped when
+/// decoding), id 1 `</s>`. Decoding concatenates pieces exactly (`Fuse`), so a model can
+/// write numbers and punctuation back; a word and its space are one token, so prompts
+/// stay short, which a tiny model needs. Returns the vocabulary size.
 pub fn piece_tokenizer(corpus: &str) -> (Value, usize) {
     let mut vocab = serde_json::Map::new();
     vocab.insert("<unk>".into(), json!(0));
     vocab.insert("</s>".into(), json!(1));
     for piece in pieces(corpus) {
-        let next = vocab.len();
-        vocab.entry(piece).or_insert(json!(next));
+        let bare = piece.strip_prefix(' ').unwrap_or(&piece);
+        let forms = if bare.starts_with(|c: char| c.is_alphanumeric() || c == '_') {
+            vec![bare.to_string(), format!(" {bare}")]
+        } else {
+            vec![piece.clone()]
+        };
+        for form in forms {
+            let next = vocab.len();
+            vocab.entry(form).or_insert(json!(next));
+        }
     }
     let special = |id: usize, content: &str| {
         json!({"id": id, "content": content, "single_word": false, "lstrip": false,
@@ -216,7 +232,7 @@ pub fn piece_tokenizer(corpus: &str) -> (Value, usize) {
         "padding": null,
         "added_tokens": [special(0, "<unk>"), special(1, "</s>")],
         "normalizer": null,
-        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[\\p{L}\\p{N}_]+|[^\\p{L}\\p{N}_]"},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": " ?[\\p{L}\\p{N}_]+|[^\\p{L}\\p{N}_]"},
                           "behavior": "Isolated", "invert": false},
         "post_processor": null,
         "decoder": {"type": "Fuse"},
