@@ -56,6 +56,36 @@ pub enum Command {
     /// checkpoint series (controlled contamination), each a local model folder with a manifest.
     #[command(after_help = examples::CONTAMINATE)]
     Contaminate(ContaminateArgs),
+    /// Run the controlled-contamination study of a spec's `[calibration]` table: build
+    /// every checkpoint (those already built are reused), run the tests on the base model
+    /// and the checkpoints through the cache, and print each test's sensitivity and
+    /// false-positive rate with 95 % Wilson intervals.
+    #[command(after_help = examples::CALIBRATE)]
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Experiment spec (TOML) with a `[calibration]` table.
+    pub spec: PathBuf,
+    /// Build the checkpoints only (no run, no analysis).
+    #[arg(long)]
+    pub train_only: bool,
+    /// Seconds between progress lines when stderr is not a terminal.
+    #[arg(
+        long,
+        env = "TABCONTAM_PROGRESS_INTERVAL",
+        value_name = "SECS",
+        default_value_t = 10.0
+    )]
+    pub progress_interval: f64,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub data: DataDirArgs,
+    /// Print the calibration (per test, the matrix, membership seen vs held out) as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -457,6 +487,13 @@ Examples:
   tabcontam contaminate --dataset iris --epochs 1 --out checkpoints/iris
   tabcontam contaminate --dataset iris --text raw --rows holdout:0.2 --epochs 3 --out ckpt/iris
   tabcontam contaminate --model models/tiny --dataset wine --lr 1e-3 --seed 1 --out ckpt/tiny";
+
+    pub const CALIBRATE: &str = "\
+Examples:
+  tabcontam calibrate experiments/calibration-smollm2.toml
+  tabcontam calibrate study.toml --train-only
+  tabcontam calibrate study.toml --json > calibration.json
+  tabcontam report --out reports/study   # the calibration section, heatmap and curves";
 
     pub const DATASETS: &str = "\
 Examples:

@@ -34,6 +34,10 @@ pub struct Exposure {
         deserialize_with = "rows_per_dataset"
     )]
     pub trained_rows: Option<BTreeMap<String, Vec<usize>>>,
+    /// The optimizer step of a checkpoint (from its manifest): the x-axis of its series'
+    /// timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
 }
 
 /// The `trained_rows` key that stands for every dataset trained on.
@@ -125,6 +129,10 @@ impl Exposure {
             dose: raw.epoch.or(raw.step).unwrap_or(0.0),
             base,
             trained_rows: raw.rows.and_then(|r| r.trained_rows),
+            step: raw
+                .step
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(|s| s as u64),
         })
     }
 
@@ -173,6 +181,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(exposure.dose, 3.0);
+        assert_eq!(exposure.step, Some(12));
         assert_eq!(exposure.base, None);
         assert_eq!(exposure.rows_trained("iris"), Some(&[1, 2][..]));
         assert_eq!(exposure.rows_trained("wine"), Some(&[0][..]));

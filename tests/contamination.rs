@@ -115,7 +115,9 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
     let corpus = format!("The is {ORCHARD}{QUARRY}");
     let (tokenizer, vocab) = tiny_llama::piece_tokenizer(&corpus);
     tiny_llama::write_small_llama(&base, &tokenizer, vocab, 128, 2);
-    let series = env.path("series");
+    // The series folder as a `[calibration]` table with `out = "studies"` names it, so that
+    // `calibrate` below finds this checkpoint instead of training it again.
+    let series = env.path("studies").join("tiny-orchard");
     let contaminate = [
         "contaminate",
         "--model",
@@ -222,4 +224,178 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
     let again: serde_json::Value = serde_json::from_str(&env.ok(&contaminate)).unwrap();
     assert_eq!(again[0]["reused"], true);
     assert_eq!(again[0]["manifest"]["revision"], manifest["revision"]);
+
+    // The same study as a `[calibration]` table, with a synthetic negative: `calibrate`
+    // reuses the checkpoint and the cached answers, runs what is new and measures each test.
+    let study = env.path("study.toml");
+    std::fs::write(
+        &study,
+        format!(
+            "name = \"tiny-study\"\nseed = 0\n\
+             datasets = [\"tiny-orchard\", \"tiny-quarry\", \"synthetic:5:12\"]\n\
+             tests = [\"full-completion\", \"incomplete-completion\"]\n\
+             \n[[models]]\nid = \"base\"\nbackend = \"local\"\nmodel = \"{}\"\n\
+             \n[calibration]\nbase = \"base\"\ntreatments = [\"tiny-orchard\"]\ndoses = [100]\n\
+             windows = \"mixed\"\nlr = 1e-3\nbatch_size = 1\nseq_len = 128\nseed = 3\nout = \"studies\"\n",
+            base.display()
+        ),
+    )
+    .unwrap();
+    let calibrate = [
+        "calibrate",
+        study.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+        "--json",
+    ];
+    let out = env.run(&calibrate);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("(1 reused)"), "{stderr}");
+    let calibration: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let models: Vec<&str> = calibration["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["base", "base-tiny-orchard-e100"]);
+    for test in ["full-completion", "incomplete-completion"] {
+        let row = calibration["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["test"] == test)
+            .unwrap_or_else(|| panic!("{test} calibrated: {calibration}"));
+        let sensitivity = &row["sensitivity"][0];
+        assert_eq!(sensitivity["dose"], 100.0, "{row}");
+        assert_eq!(
+            (&sensitivity["hits"], &sensitivity["total"]),
+            (&1.into(), &1.into()),
+            "{row}"
+        );
+        // Negatives: the base model on all three datasets, the checkpoint on the other two.
+        assert_eq!(row["false_positives"]["total"], 5, "{row}");
+        assert_eq!(row["false_positives"]["hits"], 0, "{row}");
+        assert_eq!(row["synthetic_false_positives"]["total"], 2, "{row}");
+        assert!(
+            row["sentence"].as_str().unwrap().contains("1 of 1"),
+            "{row}"
+        );
+    }
+    // The checkpoint's step comes from its manifest (the timeline's x-axis).
+    let store = Store::open_read_only(&cache).unwrap();
+    let checkpoint_row = store
+        .models()
+        .unwrap()
+        .into_iter()
+        .find(|m| m.id == "base-tiny-orchard-e100")
+        .unwrap();
+    assert_eq!(checkpoint_row.step, manifest["step"].as_u64());
+    drop(store);
+
+    // Again: nothing is trained or sent.
+    let out = env.run(&calibrate);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(" cached, 0 sent,"), "{stderr}");
+}
+
+/// Issue 11 item 6 on a checkpoint whose ground truth is known: trained on 70 % of a
+/// dataset's rows (`holdout:0.3`), the likelihood detectors see every row, and rows trained
+/// on must score as members against the held-out rows (AUROC well above 0.5).
+#[test]
+fn likelihood_detectors_tell_rows_trained_on_from_held_out_rows() {
+    let env = Env {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    import(&env, "tiny-orchard", ORCHARD, "kind");
+    let base = env.path("base");
+    let corpus = format!("The is {ORCHARD}{QUARRY}");
+    let (tokenizer, vocab) = tiny_llama::piece_tokenizer(&corpus);
+    tiny_llama::write_small_llama(&base, &tokenizer, vocab, 128, 2);
+    let series = env.path("series");
+    let listed: serde_json::Value = serde_json::from_str(&env.ok(&[
+        "contaminate",
+        "--model",
+        base.to_str().unwrap(),
+        "--dataset",
+        "tiny-orchard",
+        "--rows",
+        "holdout:0.3",
+        "--epochs",
+        "40",
+        "--checkpoint-every",
+        "40",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "1",
+        "--seq-len",
+        "128",
+        "--windows",
+        "mixed",
+        "--seed",
+        "3",
+        "--out",
+        series.to_str().unwrap(),
+        "--json",
+    ]))
+    .unwrap();
+    let checkpoint = PathBuf::from(listed[0]["dir"].as_str().unwrap());
+    let rows = &listed[0]["manifest"]["rows"];
+    let trained = rows["trained_rows"]["tiny-orchard"]
+        .as_array()
+        .unwrap()
+        .len();
+    let unseen = rows["unseen_rows"]["tiny-orchard"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!((trained, unseen), (5, 2), "{rows}");
+
+    let spec = env.path("spec.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"truth\"\nseed = 0\ndatasets = [\"tiny-orchard\"]\ntests = [\"likelihood\"]\n\
+             \n[[models]]\nid = \"trained\"\nbackend = \"local\"\nmodel = \"{}\"\n",
+            checkpoint.display()
+        ),
+    )
+    .unwrap();
+    let cache = env.path("cache.sqlite");
+    env.ok(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--quiet",
+        "--cache",
+        cache.to_str().unwrap(),
+    ]);
+    let cells = Store::open_read_only(&cache)
+        .unwrap()
+        .likelihood_cells()
+        .unwrap();
+    for detector in tabcontam::likelihood::Detector::ALL {
+        let cell = cells
+            .iter()
+            .find(|c| c.test == detector.ground_truth_id())
+            .unwrap_or_else(|| panic!("no ground-truth cell for {detector:?}: {cells:?}"));
+        let stats = cell.stats.as_ref().expect("an AUROC");
+        assert_eq!((stats.positives, stats.negatives), (5, 2), "{detector:?}");
+        eprintln!(
+            "{detector:?}: AUROC {:.3} [{:.3}, {:.3}] on rows trained on vs held out",
+            stats.auroc, stats.auroc_low, stats.auroc_high
+        );
+    }
+    let perplexity = cells
+        .iter()
+        .find(|c| c.test == tabcontam::likelihood::Detector::Perplexity.ground_truth_id())
+        .and_then(|c| c.stats.as_ref())
+        .unwrap();
+    assert!(
+        perplexity.auroc >= 0.8,
+        "perplexity AUROC {}",
+        perplexity.auroc
+    );
 }

@@ -1,6 +1,7 @@
 //! Command implementations: each takes its resolved arguments and writes to stdout.
 
 pub mod cache;
+pub mod calibrate;
 pub mod completions;
 pub mod contaminate;
 pub mod datasets;
@@ -32,5 +33,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Diff(args) => diff::run(args),
         Command::Cache(cmd) => cache::run(cmd),
         Command::Contaminate(args) => contaminate::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
     }
 }

@@ -28,6 +28,10 @@ pub enum Detector {
     MinKPlusPlus,
 }
 
+/// Suffix of a likelihood cell's test id when it compares rows trained on with held-out
+/// rows of a checkpoint instead of original with perturbed rows.
+pub const GROUND_TRUTH_SUFFIX: &str = "/trained-vs-held-out";
+
 impl Detector {
     pub const ALL: [Detector; 4] = [
         Detector::Perplexity,
@@ -61,6 +65,18 @@ impl Detector {
         Detector::ALL
             .into_iter()
             .find(|d| d.test_id() == text || d.test_id().strip_prefix("likelihood-") == Some(text))
+    }
+
+    /// The test id of the detector judged on ground truth: a checkpoint's rows trained on
+    /// (positives) against its held-out rows (negatives), SPEC §8 / issue 11 item 6.
+    pub fn ground_truth_id(self) -> String {
+        format!("{}{GROUND_TRUTH_SUFFIX}", self.test_id())
+    }
+
+    /// The detector of a [`Detector::ground_truth_id`].
+    pub fn parse_ground_truth(text: &str) -> Option<Detector> {
+        text.strip_suffix(GROUND_TRUTH_SUFFIX)
+            .and_then(Detector::parse)
     }
 
     /// Whether the detector needs the full next-token distribution (μ, σ per position),

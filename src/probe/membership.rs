@@ -63,6 +63,16 @@ fn serialize_cells(ctx: &ProbeContext<'_>, cells: &[String]) -> String {
         .join(&s.feature_sep)
 }
 
+/// Every row of the dataset as the likelihood tests score it (one serialized row), in file
+/// order: the texts of the ground-truth comparison (rows trained on vs held-out rows).
+pub fn row_texts(ctx: &ProbeContext<'_>) -> Vec<String> {
+    ctx.table()
+        .rows
+        .iter()
+        .map(|row| serialize_cells(ctx, row))
+        .collect()
+}
+
 /// Prefix of a membership trial's note, followed by the queried row's index in the file.
 pub const MEMBERSHIP_ROW_NOTE: &str = "row ";
 

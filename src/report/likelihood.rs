@@ -57,11 +57,20 @@ const COLOURS: [RGBColor; 4] = [
 const PGF_COLOURS: [&str; 4] = ["blue", "red", "teal", "violet"];
 
 fn detector_of(test: &str) -> Option<Detector> {
-    Detector::parse(test)
+    Detector::parse(test).or_else(|| Detector::parse_ground_truth(test))
+}
+
+/// Whether the cell compares rows trained on with held-out rows (ground truth).
+fn is_ground_truth(test: &str) -> bool {
+    Detector::parse_ground_truth(test).is_some()
 }
 
 fn label_of(test: &str) -> String {
-    detector_of(test).map_or_else(|| test.to_string(), |d| d.label().to_string())
+    match (Detector::parse(test), Detector::parse_ground_truth(test)) {
+        (Some(d), _) => d.label().to_string(),
+        (None, Some(d)) => format!("{} (trained vs held-out rows)", d.label()),
+        (None, None) => test.to_string(),
+    }
 }
 
 /// Builds the section; `None` when the cache has no likelihood cell.
@@ -97,16 +106,22 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
         })
         .collect();
     // ROC figures: one per (model, dataset, serialization), detectors in their order.
-    let mut groups: BTreeMap<(&str, &str, &str), Vec<&LikelihoodCellRow>> = BTreeMap::new();
+    // Ground-truth cells (rows trained on vs held out) get figures of their own.
+    let mut groups: BTreeMap<(&str, &str, &str, bool), Vec<&LikelihoodCellRow>> = BTreeMap::new();
     for c in cells.iter().filter(|c| c.stats.is_some()) {
         groups
-            .entry((&c.model, &c.dataset, &c.serialization))
+            .entry((
+                &c.model,
+                &c.dataset,
+                &c.serialization,
+                is_ground_truth(&c.test),
+            ))
             .or_default()
             .push(c);
     }
     let roc_figures = groups
         .into_iter()
-        .map(|((model, dataset, serialization), mut group)| {
+        .map(|((model, dataset, serialization, truth), mut group)| {
             group.sort_by_key(|c| detector_of(&c.test));
             let curves: Vec<(String, &[(f64, f64)])> = group
                 .iter()
@@ -118,7 +133,11 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
                     )
                 })
                 .collect();
-            let title = format!("{model}, {dataset}, {serialization}");
+            let title = if truth {
+                format!("{model}, {dataset}, {serialization}: rows trained on vs held out")
+            } else {
+                format!("{model}, {dataset}, {serialization}")
+            };
             RocFigure {
                 svg: roc_svg(&title, &curves),
                 tikz: roc_tikz(&curves),
@@ -132,7 +151,10 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
     let datasets: BTreeSet<&str> = cells.iter().map(|c| c.dataset.as_str()).collect();
     let models: Vec<&str> = models.into_iter().collect();
     let datasets: Vec<&str> = datasets.into_iter().collect();
-    let detectors: BTreeSet<Detector> = cells.iter().filter_map(|c| detector_of(&c.test)).collect();
+    let detectors: BTreeSet<Detector> = cells
+        .iter()
+        .filter_map(|c| Detector::parse(&c.test))
+        .collect();
     let heatmaps = detectors
         .into_iter()
         .map(|detector| {

@@ -13,7 +13,7 @@ use crate::dataset::catalog::Catalog;
 use crate::infer::{LocalModel, LocalOptions};
 use crate::likelihood::{Detector, bootstrap_stats, roc::BOOTSTRAP_RESAMPLES};
 use crate::llm::client::Client;
-use crate::probe::{ProbeContext, PromptPack, likelihood_rows};
+use crate::probe::{ProbeContext, PromptPack, likelihood_rows, row_texts};
 use crate::request::{ApiMode, BackendKind, ModelIdentity, ScoreRequest, TokenLogprobs};
 use crate::store::{LikelihoodCellRow, RunId, Store};
 
@@ -160,6 +160,9 @@ pub fn run_likelihood(
             continue;
         }
         let mut scorer = Scorer::for_model(spec, model, spec_dir, offline);
+        // What the model was trained on, when it is a checkpoint of a study (the rows it
+        // saw give the detectors a ground truth).
+        let exposure = super::local_exec::declared_exposure(model, spec_dir)?;
         let mut model_error: Option<String> = None;
         for name in spec.model_datasets(model) {
             if !datasets.contains_key(name) {
@@ -258,6 +261,67 @@ pub fn run_likelihood(
                 let method = found
                     .get(&keys[0])
                     .map_or("-".to_string(), |(m, _)| m.clone());
+                // Ground truth (a checkpoint with held-out rows of this dataset): every row
+                // scored, rows trained on against rows never seen.
+                let trained = exposure.as_ref().and_then(|e| e.rows_trained(&dataset.id));
+                let truth: Option<(Vec<String>, Vec<bool>)> = trained.and_then(|trained| {
+                    let seen: std::collections::HashSet<usize> = trained.iter().copied().collect();
+                    let texts = row_texts(&ctx);
+                    let labels: Vec<bool> = (0..texts.len()).map(|i| seen.contains(&i)).collect();
+                    let both = labels.iter().any(|&l| l) && labels.iter().any(|&l| !l);
+                    both.then_some((texts, labels))
+                });
+                let mut truth_scores: Option<HashMap<String, TokenLogprobs>> = None;
+                if let Some((texts, _)) = &truth {
+                    let requests: Vec<ScoreRequest> = texts
+                        .iter()
+                        .map(|text| ScoreRequest {
+                            model: identity.clone(),
+                            text: text.clone(),
+                        })
+                        .collect();
+                    let keys: Vec<_> = requests.iter().map(ScoreRequest::key).collect();
+                    let mut have = store.logprobs(&keys)?;
+                    outcome.cached += keys.iter().filter(|k| have.contains_key(k)).count() as u64;
+                    let mut seen_keys = std::collections::HashSet::new();
+                    let missing: Vec<usize> = (0..keys.len())
+                        .filter(|&i| !have.contains_key(&keys[i]) && seen_keys.insert(keys[i]))
+                        .collect();
+                    let mut failed = None;
+                    for indices in missing.chunks(SCORE_CHUNK) {
+                        let chunk: Vec<String> =
+                            indices.iter().map(|&i| texts[i].clone()).collect();
+                        for (&i, result) in indices.iter().zip(scorer.score(&chunk)) {
+                            match result {
+                                Ok((method, scores)) => {
+                                    store.put_logprobs(&requests[i], method, &scores)?;
+                                    outcome.scored += 1;
+                                    have.insert(keys[i], (method.to_string(), scores));
+                                }
+                                Err(reason) => {
+                                    failed.get_or_insert(reason);
+                                }
+                            }
+                        }
+                        if failed.is_some() {
+                            break;
+                        }
+                    }
+                    if let Some(reason) = failed {
+                        outcome.errors.push(format!(
+                            "model `{}`: likelihood scoring of {} rows failed: {reason}",
+                            model.id, dataset.id
+                        ));
+                    } else {
+                        truth_scores = Some(
+                            texts
+                                .iter()
+                                .zip(&keys)
+                                .map(|(t, k)| (t.clone(), have[k].1.clone()))
+                                .collect(),
+                        );
+                    }
+                }
                 for &detector in &detectors {
                     let mut positives = Vec::new();
                     let mut negatives = Vec::new();
@@ -287,6 +351,33 @@ pub fn run_likelihood(
                         None => Some("no row had a scored token".into()),
                     };
                     cells.push(cell(detector, &method, stats, skipped));
+                    if let (Some((texts, labels)), Some(scores)) = (&truth, &truth_scores) {
+                        let (mut seen, mut unseen) = (Vec::new(), Vec::new());
+                        for (text, &was_trained) in texts.iter().zip(labels) {
+                            if let Some(score) = detector.score(text, &scores[text]) {
+                                if was_trained {
+                                    seen.push(score);
+                                } else {
+                                    unseen.push(score);
+                                }
+                            }
+                        }
+                        let id = detector.ground_truth_id();
+                        let seed = bootstrap_seed(
+                            spec.seed,
+                            &model.id,
+                            &dataset.id,
+                            &id,
+                            &serialization.id,
+                        );
+                        let stats = bootstrap_stats(&seen, &unseen, BOOTSTRAP_RESAMPLES, seed);
+                        let skipped = stats
+                            .is_none()
+                            .then(|| "no AUROC: a side had no scored row".to_string());
+                        let mut row = cell(detector, &method, stats, skipped);
+                        row.test = id;
+                        cells.push(row);
+                    }
                 }
             }
         }

@@ -10,4 +10,5 @@ pub mod plan;
 pub mod session;
 pub mod shard;
 pub mod spec;
+pub mod study;
 pub mod workflow;

@@ -244,6 +244,9 @@ struct RawSpec {
     #[serde(default)]
     variant: Option<String>,
     models: Vec<ModelSpec>,
+    /// A controlled-contamination study: its checkpoints join `models`.
+    #[serde(default)]
+    calibration: Option<super::study::CalibrationSpec>,
 }
 
 fn default_serializations() -> Vec<String> {
@@ -269,7 +272,10 @@ pub struct Spec {
     pub alg1_profile: crate::decide::Alg1Profile,
     /// `paper` (default) or `paper-code`: threaded into every probe builder.
     pub variant: crate::probe::Variant,
+    /// The listed models, then the checkpoints of the `[calibration]` study if there is one.
     pub models: Vec<ModelSpec>,
+    /// The `[calibration]` table (its checkpoints are already in `models`).
+    pub calibration: Option<super::study::CalibrationSpec>,
     /// Built-in and spec-defined templates, for per-model overrides.
     pub available_serializations: Vec<Serialization>,
 }
@@ -371,6 +377,22 @@ impl Spec {
                 .collect()
         };
         let serializations = resolve(&raw.serializations, "serializations")?;
+        let mut raw = raw;
+        if let Some(study) = &raw.calibration {
+            study.check(&raw.models, &raw.datasets).map_err(err)?;
+            let base = raw
+                .models
+                .iter_mut()
+                .find(|m| m.id == study.base)
+                .expect("checked");
+            // The study's base model is its untreated control: every cell a negative.
+            base.trained_on.get_or_insert_with(Vec::new);
+            base.dose.get_or_insert(0.0);
+            let base = base.clone();
+            let spec_dir = path.parent().unwrap_or(Path::new("."));
+            raw.models
+                .extend(study.checkpoint_models(&base, spec_dir, &raw.name));
+        }
         let mut seen_ids = std::collections::HashSet::new();
         for (i, model) in raw.models.iter().enumerate() {
             let key = format!("models[{i}] (`{}`)", model.id);
@@ -443,6 +465,7 @@ impl Spec {
             alg1_profile,
             variant,
             models: raw.models,
+            calibration: raw.calibration,
             available_serializations: known,
         })
     }

@@ -324,6 +324,7 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
     let mut store = Store::open(&settings.cache)?;
     let spec_dir = settings.spec.parent().unwrap_or(Path::new("."));
     for (index, model) in spec.models.iter().enumerate() {
+        let exposure = super::local_exec::declared_exposure(model, spec_dir)?;
         store.upsert_model(&ModelRow {
             id: model.id.clone(),
             label: model.label.clone().unwrap_or_else(|| model.id.clone()),
@@ -331,8 +332,9 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
             identity: plan.identities[index].clone(),
             release_date: model.release_date.clone(),
             training_cutoff: model.training_cutoff.clone(),
-            exposure: super::local_exec::declared_exposure(model, spec_dir)?,
-            step: model.step,
+            exposure: exposure.clone(),
+            // A checkpoint's manifest gives its step when the spec does not.
+            step: model.step.or(exposure.and_then(|e| e.step)),
             updated_at: None,
         })?;
     }
@@ -359,15 +361,31 @@ fn local_weights(settings: &RunSettings) -> anyhow::Result<HashMap<String, PathB
         .unwrap_or(Path::new("."))
         .to_path_buf();
     let mut weights = HashMap::new();
-    for model in &Spec::load(&settings.spec)?.models {
+    let spec = Spec::load(&settings.spec)?;
+    for model in &spec.models {
         if model.backend != BackendKind::Local
             || (!settings.only_models.is_empty() && !settings.only_models.contains(&model.id))
         {
             continue;
         }
         let path = weights_path(model, &spec_dir);
+        let is_checkpoint = model.base.is_some()
+            && spec.calibration.as_ref().is_some_and(|study| {
+                study
+                    .checkpoints(&spec_dir, &spec.name)
+                    .iter()
+                    .any(|c| c.model_id == model.id)
+            });
         let path = if path.exists() {
             path
+        } else if is_checkpoint {
+            anyhow::bail!(
+                "{}: model `{}`: the calibration checkpoint {} is not built yet; `tabcontam calibrate {}` builds it, then runs the study",
+                settings.spec.display(),
+                model.id,
+                path.display(),
+                settings.spec.display()
+            );
         } else if settings.offline {
             anyhow::bail!(
                 "{}: model `{}`: weights not found at {} and --offline forbids downloading them; run once without --offline",

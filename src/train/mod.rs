@@ -102,6 +102,9 @@ pub struct ContaminationSettings {
     pub epochs: usize,
     /// A checkpoint every this many epochs (the last epoch always gets one).
     pub checkpoint_every: usize,
+    /// Checkpoints after exactly these epochs instead (a calibration study's doses); empty:
+    /// use `checkpoint_every`.
+    pub checkpoint_epochs: Vec<usize>,
     pub learning_rate: f64,
     pub weight_decay: f64,
     /// Token windows per forward pass.
@@ -127,6 +130,7 @@ impl ContaminationSettings {
             rows: RowSelection::All,
             epochs: 1,
             checkpoint_every: 1,
+            checkpoint_epochs: Vec::new(),
             learning_rate: 1e-4,
             weight_decay: 0.0,
             batch_size: 4,
@@ -148,6 +152,13 @@ impl ContaminationSettings {
         }
         if self.checkpoint_every == 0 {
             return bad("--checkpoint-every must be at least 1");
+        }
+        if self
+            .checkpoint_epochs
+            .iter()
+            .any(|&e| e == 0 || e > self.epochs)
+        {
+            return bad("checkpoint epochs must lie between 1 and --epochs");
         }
         if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
             return bad("--lr must be a positive number such as 1e-4");
@@ -246,9 +257,13 @@ pub fn build_checkpoints(
     let files = ModelFiles::locate(&settings.model)?;
     let base_digest = weights_digest(&files.identity_files())?;
     let inputs_digest = inputs_digest(settings, &base_digest, &text.digest);
-    let wanted: Vec<usize> = (1..=settings.epochs)
-        .filter(|e| e % settings.checkpoint_every == 0 || *e == settings.epochs)
-        .collect();
+    let wanted: Vec<usize> = if settings.checkpoint_epochs.is_empty() {
+        (1..=settings.epochs)
+            .filter(|e| e % settings.checkpoint_every == 0 || *e == settings.epochs)
+            .collect()
+    } else {
+        settings.checkpoint_epochs.clone()
+    };
     let mut existing = BTreeMap::new();
     for &epoch in &wanted {
         let dir = checkpoint_dir(&settings.out, epoch);
@@ -301,10 +316,8 @@ pub fn build_checkpoints(
                 }
                 WindowLayout::Mixed => {
                     windows.extend(data::row_windows(document, settings.seq_len, &encode)?);
-                    let mut rng = SeededRng::new(&format!(
-                        "train-rows/{}/{dataset}/{epoch}",
-                        settings.seed
-                    ));
+                    let mut rng =
+                        SeededRng::new(&format!("train-rows/{}/{dataset}/{epoch}", settings.seed));
                     let reordered = data::reorder_rows(document, header_lines, &mut rng);
                     windows.extend(data::row_windows(&reordered, settings.seq_len, &encode)?);
                 }
