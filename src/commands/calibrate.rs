@@ -177,7 +177,15 @@ fn write_table(out: &mut dyn Write, calibration: &Calibration) -> std::io::Resul
     header.push("false positives".into());
     header.push("on synthetic".into());
     let mut rows = vec![header];
-    for test in &calibration.tests {
+    // Only the tests the study ran.
+    let ran: Vec<_> = calibration
+        .tests
+        .iter()
+        .filter(|t| {
+            t.false_positives.total > 0 || t.sensitivity.iter().any(|s| s.sensitivity.total > 0)
+        })
+        .collect();
+    for test in &ran {
         let mut row = vec![format!("{} {}", test.number, test.test)];
         for dose in &calibration.doses {
             row.push(
@@ -217,7 +225,7 @@ fn write_table(out: &mut dyn Write, calibration: &Calibration) -> std::io::Resul
         }
     }
     writeln!(out)?;
-    for test in &calibration.tests {
+    for test in &ran {
         writeln!(out, "{}", test.sentence)?;
     }
     Ok(())

@@ -389,4 +389,37 @@ mod tests {
         assert!(tikz.contains("m\\_1") && tikz.contains("a\\&b"), "{tikz}");
         assert!(tikz.contains("green!60!black!50!white"), "{tikz}");
     }
+
+    #[test]
+    fn ground_truth_cells_are_labelled_and_kept_out_of_the_heatmaps() {
+        let stats = crate::likelihood::bootstrap_stats(&[3.0, 4.0], &[1.0, 2.0], 50, 1).unwrap();
+        let cell = |test: String| LikelihoodCellRow {
+            model: "m".into(),
+            dataset: "iris".into(),
+            test,
+            serialization: "the-is".into(),
+            seed: 0,
+            method: "local".into(),
+            stats: Some(stats.clone()),
+            skipped: None,
+            run_id: None,
+        };
+        let view = view(&[
+            cell(Detector::MinK.test_id().to_string()),
+            cell(Detector::MinK.ground_truth_id()),
+        ])
+        .unwrap();
+        let labels: Vec<&str> = view.rows.iter().map(|r| r.detector.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["Min-K% Prob", "Min-K% Prob (trained vs held-out rows)"]
+        );
+        assert_eq!(view.roc_figures.len(), 2);
+        assert!(
+            view.roc_figures[1]
+                .title
+                .ends_with("rows trained on vs held out")
+        );
+        assert_eq!(view.heatmaps.len(), 1);
+    }
 }
