@@ -492,8 +492,7 @@ Examples:
 Examples:
   tabcontam calibrate experiments/calibration-smollm2.toml
   tabcontam calibrate study.toml --train-only
-  tabcontam calibrate study.toml --json > calibration.json
-  tabcontam report --out reports/study   # the calibration section, heatmap and curves";
+  tabcontam calibrate study.toml --json > calibration.json";
 
     pub const DATASETS: &str = "\
 Examples:
