@@ -99,26 +99,20 @@ fn passes(cache: &Path, model: &str, dataset: &str, test: &str) -> (usize, usize
     (passed, trials.len())
 }
 
-/// The `mixed` window layout is what makes a 2-layer model pass: with rows only in file
-/// order it learns each row as "the row after the previous one" and, after a prompt that
-/// shows rows out of order (incomplete completion), writes the wrong row.
-#[test]
-fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
-    let env = Env {
-        dir: tempfile::tempdir().unwrap(),
-    };
-    import(&env, "tiny-orchard", ORCHARD, "kind");
-    import(&env, "tiny-quarry", QUARRY, "class");
+/// The untrained 2-layer model both tests fine-tune. Its tokenizer knows the words of both
+/// datasets (as any real model's would); the prompts' other words are <unk>.
+fn tiny_base(env: &Env) -> PathBuf {
     let base = env.path("base");
-    // The tokenizer knows the words of both datasets (as any real model's would); the
-    // prompts' other words are <unk>.
     let corpus = format!("The is {ORCHARD}{QUARRY}");
     let (tokenizer, vocab) = tiny_llama::piece_tokenizer(&corpus);
     tiny_llama::write_small_llama(&base, &tokenizer, vocab, 128, 2);
-    // The series folder as a `[calibration]` table with `out = "studies"` names it, so that
-    // `calibrate` below finds this checkpoint instead of training it again.
-    let series = env.path("studies").join("tiny-orchard");
-    let contaminate = [
+    base
+}
+
+/// `contaminate` with the settings that make the tiny model learn its rows (`mixed`
+/// windows, batch 1, lr 1e-3), for `epochs` epochs on the `rows` given.
+fn contaminate_args(base: &Path, series: &Path, rows: &str, epochs: &str) -> Vec<String> {
+    [
         "contaminate",
         "--model",
         base.to_str().unwrap(),
@@ -126,10 +120,12 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
         "tiny-orchard",
         "--text",
         "the-is",
+        "--rows",
+        rows,
         "--epochs",
-        "100",
+        epochs,
         "--checkpoint-every",
-        "100",
+        epochs,
         "--lr",
         "1e-3",
         "--batch-size",
@@ -143,7 +139,27 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
         "--out",
         series.to_str().unwrap(),
         "--json",
-    ];
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The `mixed` window layout is what makes a 2-layer model pass: with rows only in file
+/// order it learns each row as "the row after the previous one" and, after a prompt that
+/// shows rows out of order (incomplete completion), writes the wrong row.
+#[test]
+fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
+    let env = Env {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    import(&env, "tiny-orchard", ORCHARD, "kind");
+    import(&env, "tiny-quarry", QUARRY, "class");
+    let base = tiny_base(&env);
+    // The series folder as a `[calibration]` table with `out = "studies"` names it, so that
+    // `calibrate` below finds this checkpoint instead of training it again.
+    let series = env.path("studies").join("tiny-orchard");
+    let contaminate = contaminate_args(&base, &series, "all", "100");
+    let contaminate: Vec<&str> = contaminate.iter().map(String::as_str).collect();
     let started = std::time::Instant::now();
     let listed: serde_json::Value = serde_json::from_str(&env.ok(&contaminate)).unwrap();
     eprintln!("trained in {:.1} s", started.elapsed().as_secs_f64());
@@ -310,38 +326,11 @@ fn likelihood_detectors_tell_rows_trained_on_from_held_out_rows() {
         dir: tempfile::tempdir().unwrap(),
     };
     import(&env, "tiny-orchard", ORCHARD, "kind");
-    let base = env.path("base");
-    let corpus = format!("The is {ORCHARD}{QUARRY}");
-    let (tokenizer, vocab) = tiny_llama::piece_tokenizer(&corpus);
-    tiny_llama::write_small_llama(&base, &tokenizer, vocab, 128, 2);
+    let base = tiny_base(&env);
     let series = env.path("series");
-    let listed: serde_json::Value = serde_json::from_str(&env.ok(&[
-        "contaminate",
-        "--model",
-        base.to_str().unwrap(),
-        "--dataset",
-        "tiny-orchard",
-        "--rows",
-        "holdout:0.3",
-        "--epochs",
-        "40",
-        "--checkpoint-every",
-        "40",
-        "--lr",
-        "1e-3",
-        "--batch-size",
-        "1",
-        "--seq-len",
-        "128",
-        "--windows",
-        "mixed",
-        "--seed",
-        "3",
-        "--out",
-        series.to_str().unwrap(),
-        "--json",
-    ]))
-    .unwrap();
+    let args = contaminate_args(&base, &series, "holdout:0.3", "40");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let listed: serde_json::Value = serde_json::from_str(&env.ok(&args)).unwrap();
     let checkpoint = PathBuf::from(listed[0]["dir"].as_str().unwrap());
     let rows = &listed[0]["manifest"]["rows"];
     let trained = rows["trained_rows"]["tiny-orchard"]
