@@ -6,10 +6,11 @@
 //!
 //! Our engine runs the requests exactly as `tabcontam run` does
 //! ([`local_exec::schedule`]: prompts tokenized once, grouped by everything but their
-//! token budget, sorted by token ids into micro-batches of the spec's `max_batch`, shared
-//! prefixes encoded once). llama-server runs with its prompt cache on and continuous
-//! batching, threads = cores, once per parallel-slot count of `BENCH_LLAMA_SLOTS`
-//! (requests sent that many at a time); the best configuration is the one compared.
+//! token budget, sorted by length then token ids into micro-batches of the spec's
+//! `max_batch`, shared prefixes encoded once). llama-server runs with its prompt cache
+//! on and continuous batching, threads = cores, once per parallel-slot count of
+//! `BENCH_LLAMA_SLOTS` (requests sent that many at a time); the best configuration is the
+//! one compared.
 //!
 //! The machine may be shared: the engines run interleaved (ours, then each llama-server
 //! configuration, round after round) and the table shows medians; the load average is

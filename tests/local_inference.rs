@@ -225,9 +225,8 @@ fn smollm2_gguf_matches_transformers() {
     );
     assert!(parity.failures.is_empty(), "{}", parity.failures.join("\n"));
 
-    // Kept quantized (Q4_1 re-blocked to Q8_0 × Q8_0 activations while decoding, f32 GEMM
-    // over the expanded blocks for prefill), outputs may
-    // leave the f32 reference at a near tie: they must agree up to our first step whose
+    // Kept quantized (Q4_1 blocks × 8-bit activations while decoding, f32 GEMM over the
+    // expanded blocks for prefill), outputs may leave the f32 reference at a near tie: they must agree up to our first step whose
     // two best logits are closer than QUANTIZED_GAP_TOLERANCE.
     let options = LocalOptions {
         dequantize: Some(false),
@@ -349,8 +348,9 @@ async fn start_llama_server(binary: &Path, model: &Path, log: &Path) -> LlamaSer
 
 /// Same ids as llama.cpp for tokenization, and the same greedy output on the quantized
 /// weights up to the first near tie: llama.cpp multiplies Q4_1 weights with Q8_1
-/// activations and keeps its KV cache in f16; we decode with the weights re-blocked to
-/// Q8_0 and prefill in f32, which moves logits by about a tenth.
+/// activations and keeps its KV cache in f16; we decode with the same Q4_1 × 8-bit
+/// arithmetic (on x86 with AVX2) but an f32 KV cache, and prefill in f32, which moves
+/// logits by up to about a tenth.
 #[tokio::test(flavor = "multi_thread")]
 async fn smollm2_gguf_matches_llama_cpp() {
     let Some(gguf) = smollm2_path() else { return };
@@ -501,12 +501,17 @@ async fn assert_matches_llama_cpp(
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Our own logit gap below which quantized implementations may choose differently. 0.15:
-/// our Q4_1 weights are re-blocked to Q8_0 (candle has no SIMD Q4_1 kernel) and prompts
-/// run as f32 GEMMs, so our logits sit a little further from llama.cpp's Q4_1 × Q8_1
-/// ones; the divergences seen were at gaps of 0.118 (llama.cpp) and 0.136 (transformers),
-/// each after identical tokens and into an equally plausible continuation.
-const QUANTIZED_GAP_TOLERANCE: f32 = 0.15;
+/// Our own logit gap below which quantized implementations may choose differently: 0.3,
+/// measured. Our prompts run as f32 GEMMs over the expanded blocks (llama.cpp quantizes
+/// them to 8 bits) and llama.cpp keeps its KV cache in f16, so logits differ by about a
+/// tenth; and on these small models float noise alone moves a gap by a quarter: Gemma 3
+/// 270M's fourth prompt, decoded with attention computed two ways that agree to 1.3e-4 on
+/// every output (candle's GEMMs, or `decode_attention.rs`), has a gap of 0.013 or 0.254
+/// at step 7. At SmolLM2's one-token prompt `iris`, step 1's best token has 2 % of the
+/// probability: transformers (f32) takes 33, llama.cpp 9608, our Q4_1 kernel 254 (gap
+/// 0.254). The earlier 0.15 held only while our arithmetic happened to fall on the
+/// same side of those ties.
+const QUANTIZED_GAP_TOLERANCE: f32 = 0.3;
 
 /// Steps before the first whose two best logits are closer than `tolerance`.
 fn until_near_tie(gaps: &[f32], tolerance: f32) -> usize {

@@ -99,7 +99,7 @@ impl Linear {
             // one f32 GEMM beats block dot products by far; the expanded copy is dropped at
             // once, so memory stays that of the quantized weights.
             QMatMul::QTensor(q) if rows >= DENSE_ROWS && xs.device().is_cpu() => {
-                dense_matmul(xs, &q.dequantize(xs.device())?.to_dtype(xs.dtype())?)?
+                dense_matmul(xs, &super::qmatmul::dequantize(q, xs.dtype())?)?
             }
             // Few rows (decoding): block dot products read 4× less memory than f32.
             QMatMul::QTensor(q) if super::qmatmul::supports(q) => super::qmatmul::matmul(xs, q)?,
@@ -304,6 +304,9 @@ pub fn attention(
     let (batch, heads, tq, head_dim) = q.dims4()?;
     let kv_heads = k.dim(1)?;
     let group = heads / kv_heads;
+    if bias.is_none() && super::decode_attention::applies(q, k, group * tq) {
+        return super::decode_attention::attention(q, k, v, mask, scale, softcap);
+    }
     let q = if group > 1 {
         q.contiguous()?
             .reshape((batch, kv_heads, group * tq, head_dim))?

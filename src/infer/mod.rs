@@ -35,12 +35,14 @@
 //! Everything here is synchronous: the async runner calls it from a blocking thread.
 
 pub mod arch;
+pub mod decode_attention;
 pub mod decoder;
 pub mod error;
 pub mod fetch;
 pub mod files;
 pub mod generate;
 pub mod layers;
+pub mod q4_1;
 pub mod qmatmul;
 pub mod score;
 pub mod tokenizer;

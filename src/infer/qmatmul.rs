@@ -35,6 +35,21 @@ pub fn supports(weight: &QTensor) -> bool {
                 | GgmlDType::Q5K
                 | GgmlDType::Q6K
         )
+        || (weight.device().is_cpu()
+            && weight.dtype() == GgmlDType::Q4_1
+            && super::q4_1::available())
+}
+
+/// The weight expanded to a dense `(n, k)` tensor of `dtype` for a prefill GEMM: Q4_1 on
+/// both cores (candle expands it in a scalar loop on the calling thread), other types by
+/// candle.
+pub fn dequantize(weight: &QTensor, dtype: DType) -> CResult<Tensor> {
+    if weight.device().is_cpu() && weight.dtype() == GgmlDType::Q4_1 {
+        let (n, k) = weight.shape().dims2()?;
+        let values = super::q4_1::dequantize(&weight.data()?, n, k);
+        return Tensor::from_vec(values, (n, k), &Device::Cpu)?.to_dtype(dtype);
+    }
+    weight.dequantize(&weight.device())?.to_dtype(dtype)
 }
 
 /// `xs Wᵀ` for a quantized `W` of shape `(n, k)` and f32 `xs` of shape `(…, k)`.
@@ -53,6 +68,7 @@ pub fn matmul(xs: &Tensor, weight: &QTensor) -> CResult<Tensor> {
     let out = match weight.dtype() {
         GgmlDType::Q8_0 => run::<BlockQ8_0>(&data, n, k, &lhs, rows)?,
         GgmlDType::Q4_0 => run::<BlockQ4_0>(&data, n, k, &lhs, rows)?,
+        GgmlDType::Q4_1 => super::q4_1::matmul(&data, n, k, &lhs, rows),
         GgmlDType::Q2K => run::<BlockQ2K>(&data, n, k, &lhs, rows)?,
         GgmlDType::Q3K => run::<BlockQ3K>(&data, n, k, &lhs, rows)?,
         GgmlDType::Q4K => run::<BlockQ4K>(&data, n, k, &lhs, rows)?,

@@ -269,11 +269,14 @@ impl Weights {
 
 /// The block type a quantized weight is multiplied in on CPU. candle 0.11 has AVX2 (and
 /// NEON) dot products for Q4_0, Q8_0 and the k-quants but only scalar loops for Q4_1, Q5_0
-/// and Q5_1: those are re-blocked to Q8_0 at load (8.5 bits per weight, an error far below
+/// and Q5_1. Q4_1 has our own kernel on x86 with AVX2; the others (and Q4_1 elsewhere) are
+/// re-blocked to Q8_0 at load (8.5 bits per weight, an error far below
 /// their own 4–5-bit step) and multiplied with the fast kernel. Measured on SmolLM2-135M
 /// Q4_1 (2 cores, AVX2): scalar Q4_1 is several times slower than Q8_0.
 pub fn cpu_kernel_type(stored: GgmlDType) -> GgmlDType {
     match stored {
+        // Our own AVX2 kernel multiplies Q4_1 as stored (src/infer/q4_1.rs).
+        GgmlDType::Q4_1 if super::q4_1::available() => GgmlDType::Q4_1,
         GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => GgmlDType::Q8_0,
         other => other,
     }
