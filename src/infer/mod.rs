@@ -25,10 +25,11 @@
 //! tokenizer files' bytes, recomputed at every load (nothing is cached on disk), so a
 //! changed checkpoint never reuses old answers.
 //!
-//! Weights: GGUF blocks stay quantized (Q4_1, Q5_0 and Q5_1 re-blocked to Q8_0, for which
-//! candle has SIMD kernels), the embedding table included; decoding multiplies them block
-//! by block ([`qmatmul`]) and prefill expands one matrix at a time to f32 for a GEMM
-//! (`layers::Linear`). Safetensors are memory-mapped and used dense (f32 on CPU).
+//! Weights: GGUF blocks stay quantized (Q4_1 multiplied as stored by our own AVX2 kernel in
+//! the `tabcontam-kernels` crate; Q5_0, Q5_1, and Q4_1 on CPUs without AVX2, re-blocked to
+//! Q8_0, for which candle has SIMD kernels), the embedding table included; decoding
+//! multiplies them block by block ([`qmatmul`]) and prefill expands one matrix at a time to
+//! f32 for a GEMM (`layers::Linear`). Safetensors are memory-mapped and used dense (f32 on CPU).
 //! The KV cache grows with the sequences rather than being sized for the token budget.
 //!
 //! Devices: CPU by default; CUDA with the cargo feature `cuda`.
@@ -42,7 +43,6 @@ pub mod fetch;
 pub mod files;
 pub mod generate;
 pub mod layers;
-pub mod q4_1;
 pub mod qmatmul;
 pub mod score;
 pub mod tokenizer;

@@ -37,7 +37,7 @@ pub fn supports(weight: &QTensor) -> bool {
         )
         || (weight.device().is_cpu()
             && weight.dtype() == GgmlDType::Q4_1
-            && super::q4_1::available())
+            && tabcontam_kernels::q4_1::available())
 }
 
 /// The weight expanded to a dense `(n, k)` tensor of `dtype` for a prefill GEMM: Q4_1 on
@@ -46,7 +46,7 @@ pub fn supports(weight: &QTensor) -> bool {
 pub fn dequantize(weight: &QTensor, dtype: DType) -> CResult<Tensor> {
     if weight.device().is_cpu() && weight.dtype() == GgmlDType::Q4_1 {
         let (n, k) = weight.shape().dims2()?;
-        let values = super::q4_1::dequantize(&weight.data()?, n, k);
+        let values = tabcontam_kernels::q4_1::dequantize(&weight.data()?, n, k);
         return Tensor::from_vec(values, (n, k), &Device::Cpu)?.to_dtype(dtype);
     }
     weight.dequantize(&weight.device())?.to_dtype(dtype)
@@ -68,7 +68,7 @@ pub fn matmul(xs: &Tensor, weight: &QTensor) -> CResult<Tensor> {
     let out = match weight.dtype() {
         GgmlDType::Q8_0 => run::<BlockQ8_0>(&data, n, k, &lhs, rows)?,
         GgmlDType::Q4_0 => run::<BlockQ4_0>(&data, n, k, &lhs, rows)?,
-        GgmlDType::Q4_1 => super::q4_1::matmul(&data, n, k, &lhs, rows),
+        GgmlDType::Q4_1 => tabcontam_kernels::q4_1::matmul(&data, n, k, &lhs, rows),
         GgmlDType::Q2K => run::<BlockQ2K>(&data, n, k, &lhs, rows)?,
         GgmlDType::Q3K => run::<BlockQ3K>(&data, n, k, &lhs, rows)?,
         GgmlDType::Q4K => run::<BlockQ4K>(&data, n, k, &lhs, rows)?,
@@ -146,16 +146,7 @@ fn run<T: GgmlType>(
                 }
             }
         });
-    if rows == 1 {
-        return Ok(transposed);
-    }
-    let mut out = vec![0f32; rows * n];
-    for (c, column) in transposed.chunks_exact(rows).enumerate() {
-        for (r, &value) in column.iter().enumerate() {
-            out[r * n + c] = value;
-        }
-    }
-    Ok(out)
+    Ok(tabcontam_kernels::columns_to_rows(transposed, rows, n))
 }
 
 #[cfg(test)]

@@ -275,8 +275,8 @@ impl Weights {
 /// Q4_1 (2 cores, AVX2): scalar Q4_1 is several times slower than Q8_0.
 pub fn cpu_kernel_type(stored: GgmlDType) -> GgmlDType {
     match stored {
-        // Our own AVX2 kernel multiplies Q4_1 as stored (src/infer/q4_1.rs).
-        GgmlDType::Q4_1 if super::q4_1::available() => GgmlDType::Q4_1,
+        // Our own AVX2 kernel multiplies Q4_1 as stored (crates/kernels/src/q4_1.rs).
+        GgmlDType::Q4_1 if tabcontam_kernels::q4_1::available() => GgmlDType::Q4_1,
         GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => GgmlDType::Q8_0,
         other => other,
     }

@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 
 use super::execute::{Outcome, OutcomeSender};
 use super::spec::ModelSpec;
-use crate::infer::fetch::{DEFAULT_MODEL_FILE, ensure_default_model, models_dir};
+use crate::infer::fetch::{DEFAULT_MODEL_FILE, Mirrors, ensure_model_in, known_model, models_dir};
 use crate::infer::files::{ModelFiles, weights_digest};
 use crate::infer::{LocalModel, LocalOptions};
 use crate::llm::error::ErrorClass;
@@ -24,27 +24,30 @@ use crate::request::{GenerationParams, Request};
 /// The `model` value that names the embedded default model (fetched when missing).
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
-/// Where a local model's weights are, without downloading anything. A relative `model` is
-/// looked up beside the spec, then in the models folder (`$TABCONTAM_HOME/models`, where
-/// `scripts/fetch-*.sh` put their files), then taken as given (from the working directory).
+/// Where a local model's weights are, without downloading anything. A known model's name
+/// (`smollm2-135m-instruct`, `gemma3-270m`: `infer::fetch`) is its file in the models
+/// folder; any other relative `model` is looked up beside the spec, then in the models
+/// folder (`$TABCONTAM_HOME/models`, where `scripts/fetch-*.sh` put their files), then
+/// taken as given (from the working directory).
 pub fn weights_path(model: &ModelSpec, spec_dir: &Path) -> PathBuf {
     weights_path_in(model, spec_dir, &models_dir())
 }
 
 fn weights_path_in(model: &ModelSpec, spec_dir: &Path, models: &Path) -> PathBuf {
-    match model.model.as_deref() {
-        None | Some(DEFAULT_MODEL) => models.join(DEFAULT_MODEL_FILE),
-        Some(path) => {
-            let path = Path::new(path);
-            if path.is_absolute() {
-                return path.to_path_buf();
-            }
-            [spec_dir.join(path), models.join(path)]
-                .into_iter()
-                .find(|candidate| candidate.exists())
-                .unwrap_or_else(|| path.to_path_buf())
-        }
+    let Some(value) = model.model.as_deref() else {
+        return models.join(DEFAULT_MODEL_FILE);
+    };
+    if let Some(known) = known_model(value).filter(|known| known.name == value) {
+        return models.join(known.file);
     }
+    let path = Path::new(value);
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    [spec_dir.join(path), models.join(path)]
+        .into_iter()
+        .find(|candidate| candidate.exists())
+        .unwrap_or_else(|| path.to_path_buf())
 }
 
 /// The weights digest of a local model, or `None` when its files are not there yet.
@@ -92,24 +95,32 @@ pub fn declared_exposure(
     Ok(Some(exposure))
 }
 
-/// Makes sure a local model's weights are present, downloading the default model if needed.
+/// Makes sure a local model's weights are present, downloading a known model (by name or
+/// file name) if needed.
 pub fn ensure_weights(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<PathBuf> {
     let path = weights_path(model, spec_dir);
     if path.exists() {
         return Ok(path);
     }
-    match model.model.as_deref() {
-        None | Some(DEFAULT_MODEL) => {
+    let known = match model.model.as_deref() {
+        None => known_model(DEFAULT_MODEL),
+        Some(value) => known_model(value),
+    };
+    match known {
+        Some(known) => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            Ok(runtime.block_on(ensure_default_model())?)
+            Ok(runtime.block_on(ensure_model_in(known, &models_dir(), &Mirrors::from_env()))?)
         }
-        Some(_) => anyhow::bail!(
-            "model `{}`: weights not found at {} (nor beside the spec, nor in {}); set `model` to a GGUF file or a folder with config.json and safetensors",
+        None => anyhow::bail!(
+            "model `{}`: weights not found at {} (nor beside the spec, nor in {}); set `model` to a GGUF file, a folder with config.json and safetensors, or a known model ({})",
             model.id,
             path.display(),
-            models_dir().display()
+            models_dir().display(),
+            crate::infer::fetch::KNOWN_MODELS
+                .map(|known| known.name)
+                .join(", ")
         ),
     }
 }
@@ -420,5 +431,21 @@ mod tests {
             weights_path_in(&model, spec_dir.path(), models.path()),
             spec_dir.path().join("gemma-3-270m-q4_k_m.gguf")
         );
+    }
+
+    #[test]
+    fn a_known_model_name_is_its_file_in_the_models_folder() {
+        let spec_dir = tempfile::tempdir().unwrap();
+        let models = tempfile::tempdir().unwrap();
+        for (name, file) in [
+            ("gemma3-270m", "gemma-3-270m-q4_k_m.gguf"),
+            ("smollm2-135m-instruct", DEFAULT_MODEL_FILE),
+        ] {
+            // Before any download too: that is where `ensure_weights` puts it.
+            assert_eq!(
+                weights_path_in(&local_model(name), spec_dir.path(), models.path()),
+                models.path().join(file)
+            );
+        }
     }
 }

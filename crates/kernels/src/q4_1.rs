@@ -17,7 +17,7 @@ pub const BLOCK: usize = 32;
 /// Bytes per stored Q4_1 block: f16 scale `d`, f16 minimum `m`, 16 bytes of packed codes
 /// (value `i` in the low nibble of byte `i`, value `16 + i` in its high nibble).
 const BLOCK_BYTES: usize = 20;
-/// Output columns per rayon task (as in `qmatmul`).
+/// Output columns per rayon task (as in tabcontam's `infer::qmatmul`).
 const COLUMNS_PER_TASK: usize = 64;
 /// Activation rows multiplied per unpacked weight block (accumulators stay in registers).
 const ROWS_PER_PASS: usize = 4;
@@ -127,16 +127,7 @@ pub fn matmul(data: &[u8], n: usize, k: usize, lhs: &[f32], rows: usize) -> Vec<
                 column_dot(weight, &xs, column_out);
             }
         });
-    if rows == 1 {
-        return transposed;
-    }
-    let mut out = vec![0f32; rows * n];
-    for (c, column) in transposed.chunks_exact(rows).enumerate() {
-        for (r, &value) in column.iter().enumerate() {
-            out[r * n + c] = value;
-        }
-    }
-    out
+    crate::columns_to_rows(transposed, rows, n)
 }
 
 /// One weight row against every activation row: `out[r] = w · x_r`.

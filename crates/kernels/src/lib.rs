@@ -1,0 +1,39 @@
+//! The hot CPU loops of tabcontam's local engine, on plain slices: Q4_1 weights multiplied
+//! as stored ([`q4_1`]) and attention for decoding steps read from a KV cache
+//! ([`attention`]).
+//!
+//! They live apart from `src/infer` (which adapts candle tensors to them) for one reason:
+//! this crate is built with `opt-level = 3` even in test builds, where the main crate is
+//! not, so `cargo test` runs real models at release speed without optimizing everything.
+
+pub mod attention;
+pub mod q4_1;
+
+/// A column-major `n × rows` result (each kernel task owns whole output columns) as
+/// row-major `rows × n`.
+pub fn columns_to_rows(transposed: Vec<f32>, rows: usize, n: usize) -> Vec<f32> {
+    if rows == 1 {
+        return transposed;
+    }
+    let mut out = vec![0f32; rows * n];
+    for (c, column) in transposed.chunks_exact(rows).enumerate() {
+        for (r, &value) in column.iter().enumerate() {
+            out[r * n + c] = value;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn columns_become_rows() {
+        // Two rows, three columns, stored column by column.
+        let by_column = vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0];
+        assert_eq!(
+            super::columns_to_rows(by_column, 2, 3),
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
+        assert_eq!(super::columns_to_rows(vec![7.0, 8.0], 1, 2), vec![7.0, 8.0]);
+    }
+}
