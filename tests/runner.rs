@@ -217,6 +217,38 @@ fn adding_a_model_or_a_serialization_sends_only_what_changed() {
     assert_eq!(json(&out)["counts"]["cached"], TOTAL);
 }
 
+/// A local model run through its chat template answers a different input than on the
+/// raw prompt: its requests are its own, never the raw model's cached answers (they once
+/// shared keys, so a chat-template series silently reported the raw model's verdicts).
+#[test]
+fn a_local_model_through_its_chat_template_shares_no_answers_with_the_raw_one() {
+    let env = Env::new();
+    let cache = env.cache();
+    let body = "name = \"chat\"\nseed = 0\ndatasets = [\"iris\"]\n\
+                tests = [\"feature-list-uninformed\", \"membership\"]\nserializations = [\"the-is\"]\n\
+                \n[[models]]\nid = \"raw\"\nbackend = \"local\"\n\
+                \n[[models]]\nid = \"chat\"\nbackend = \"local\"\nchat_template = true\n";
+    let spec = env.spec("chat.toml", body);
+    let out = env.run(&[
+        "plan",
+        spec.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let plan = json(&out);
+    let per_model: Vec<u64> = plan["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["requests"].as_u64().unwrap())
+        .collect();
+    // Test 1 once, membership's 100 trials: the same count for both, none shared.
+    assert_eq!(per_model, vec![101, 101], "{plan}");
+    assert_eq!(plan["requests"], 202, "{plan}");
+}
+
 #[test]
 fn faults_are_retried_and_never_cached() {
     let env = Env::new().var(KEY_ENV, SECRET);

@@ -59,7 +59,7 @@ impl Plan {
         let model = &spec.models[source.model];
         Request {
             model: self.identities[source.model].clone(),
-            api: model.api,
+            api: model.request_api(),
             prompt: source.prompt.text_for(model.is_chat()).to_string(),
             params: params(model, &source.prompt, source.sample),
             sample: source.sample,
@@ -216,7 +216,7 @@ pub fn assemble_plan(
                             let params = params(model, prompt, sample);
                             let key = RequestKey::compute(
                                 &identities[model_index],
-                                model.api,
+                                model.request_api(),
                                 prompt.text_for(model.is_chat()),
                                 &params,
                                 sample,

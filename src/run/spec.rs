@@ -137,6 +137,16 @@ impl ModelSpec {
             BackendKind::OpenaiCompatible => self.api == ApiMode::Chat,
         }
     }
+
+    /// The API mode of this model's requests, and so part of their cache keys: a local
+    /// model run through its chat template answers a different input than the raw prompt,
+    /// so its answers must never be shared with (or taken for) the raw ones.
+    pub fn request_api(&self) -> ApiMode {
+        match self.backend {
+            BackendKind::Local if self.chat_template => ApiMode::Chat,
+            _ => self.api,
+        }
+    }
 }
 
 fn default_api_seed() -> Option<u64> {
