@@ -795,6 +795,7 @@ fn heatmaps(analysis: &Analysis, anchors: &Anchors) -> Vec<Heatmap> {
                 .collect();
             let svg = svg::link_heatmap(
                 &svg::heatmap(&title, &test_names, &dataset_names, squares),
+                &dataset_names,
                 &links,
             );
             Some(Heatmap {

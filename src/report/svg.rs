@@ -44,8 +44,12 @@ const TEXT: RGBColor = RGBColor(34, 34, 34);
 
 const CELL: i32 = 24;
 const LEFT: i32 = 160;
+/// Room above the grid for column labels of the longest allowed length (rotated).
 const TOP: i32 = 132;
 const TITLE: i32 = 26;
+/// Generous average advance of a 12 px sans-serif character, and of a 16 px bold one.
+const LABEL_CHAR_PX: f64 = 7.5;
+const TITLE_CHAR_PX: f64 = 10.0;
 
 /// Labels longer than this are cut in figures (tables show them whole).
 const MAX_LABEL_CHARS: usize = 22;
@@ -60,10 +64,21 @@ pub fn heatmap(
 ) -> String {
     let columns = dataset_names.len().max(1) as i32;
     let width = (LEFT + columns * CELL + 12) as u32;
-    let height = (TITLE + TOP + 9 * CELL + 12) as u32;
+    let height = (TITLE + column_labels_height(dataset_names) + 9 * CELL + 12) as u32;
     render((width, height), |root| {
         draw_heatmap(root, title, test_names, dataset_names, squares)
     })
+}
+
+/// Room above a heatmap's grid for its rotated dataset names: as long as the longest
+/// (cut) name, so that short names like `iris` leave no blank band.
+fn column_labels_height(dataset_names: &[String]) -> i32 {
+    let longest = dataset_names
+        .iter()
+        .map(|name| cut(name, MAX_LABEL_CHARS).chars().count())
+        .max()
+        .unwrap_or(0);
+    (12 + (longest as f64 * LABEL_CHAR_PX) as i32).clamp(36, TOP)
 }
 
 fn draw_heatmap<DB: DrawingBackend>(
@@ -76,12 +91,16 @@ fn draw_heatmap<DB: DrawingBackend>(
     root.fill(&WHITE)?;
     let title_style =
         TextStyle::from(("sans-serif", 16).into_font().style(FontStyle::Bold)).color(&TEXT);
+    // Cut to the figure's width rather than clipped mid-letter (a one-dataset grid is
+    // narrower than most model names; the caption under the figure has the whole label).
+    let (width, _) = root.dim_in_pixel();
+    let fits = ((width as f64 - 12.0) / TITLE_CHAR_PX) as usize;
     root.draw(&Text::new(
-        cut(title, 40),
+        cut(title, fits.clamp(8, 40)),
         (6, 4),
         title_style.pos(Pos::new(HPos::Left, VPos::Top)),
     ))?;
-    let top = TITLE + TOP;
+    let top = TITLE + column_labels_height(dataset_names);
     let label = TextStyle::from(("sans-serif", 12).into_font()).color(&TEXT);
     for (d, name) in dataset_names.iter().enumerate() {
         let x = LEFT + d as i32 * CELL + CELL / 2;
@@ -220,7 +239,13 @@ pub fn clean_label(text: &str, max_chars: usize) -> String {
 /// Makes heatmap squares links: `links` holds (dataset column, test row, anchor) with
 /// anchors made of ASCII letters, digits and `-` only (others are skipped: an anchor is
 /// written into an attribute unescaped). An invisible square over each cell, on top.
-pub fn link_heatmap(svg: &str, links: &[(usize, usize, String)]) -> String {
+/// `dataset_names` are those the heatmap was drawn with (they set where the grid starts).
+pub fn link_heatmap(
+    svg: &str,
+    dataset_names: &[String],
+    links: &[(usize, usize, String)],
+) -> String {
+    let top = TITLE + column_labels_height(dataset_names);
     let mut extra = String::new();
     for (d, t, anchor) in links {
         if anchor.is_empty()
@@ -230,7 +255,7 @@ pub fn link_heatmap(svg: &str, links: &[(usize, usize, String)]) -> String {
         {
             continue;
         }
-        let (x, y) = (LEFT + *d as i32 * CELL, TITLE + TOP + *t as i32 * CELL);
+        let (x, y) = (LEFT + *d as i32 * CELL, top + *t as i32 * CELL);
         extra.push_str(&format!(
             r##"<a href="#{anchor}"><rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="#000" fill-opacity="0"><title>trials</title></rect></a>"##
         ));
@@ -398,4 +423,49 @@ fn draw_dose_response<DB: DrawingBackend>(
             .map(|p| Circle::new((p.dose, p.rate), 3, ZERO_SHOT.filled())),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tests_named() -> [String; 9] {
+        std::array::from_fn(|t| format!("Test {}", t + 1))
+    }
+
+    /// `width="…"` of the root element.
+    fn root_width(svg: &str) -> i32 {
+        let at = svg.find("width=\"").unwrap() + 7;
+        svg[at..].split('"').next().unwrap().parse().unwrap()
+    }
+
+    /// A one-dataset heatmap cuts its model's name to its width, starts its grid right
+    /// under a short dataset name, and its links cover the drawn squares exactly.
+    #[test]
+    fn a_narrow_heatmap_fits_its_title_and_links_land_on_its_squares() {
+        let title = "SmolLM2 135M Instruct (Q4_1), chat template";
+        let datasets = vec!["iris".to_string()];
+        let squares = [[Square::NotPassed; 9]];
+        let svg = heatmap(title, &tests_named(), &datasets, &squares);
+        let width = root_width(&svg);
+        assert_eq!(width, LEFT + CELL + 12);
+        let fits = ((width - 12) as f64 / TITLE_CHAR_PX) as usize;
+        let shown = cut(title, fits);
+        assert!(shown.ends_with('…') && svg.contains(&*shown), "{shown}");
+        let top = TITLE + column_labels_height(&datasets);
+        assert!(top < TITLE + TOP, "a short name leaves no blank band");
+        let drawn = format!("x=\"{LEFT}\" y=\"{top}\" width=\"{CELL}\" height=\"{CELL}\"");
+        assert!(svg.contains(&drawn), "first square at ({LEFT}, {top})");
+        let linked = link_heatmap(&svg, &datasets, &[(0, 0, "cell-1".into())]);
+        assert!(
+            linked.contains(&format!(
+                "<a href=\"#cell-1\"><rect x=\"{LEFT}\" y=\"{top}\" width=\"{CELL}\""
+            )),
+            "{}",
+            &linked[linked.len() - 300..]
+        );
+        // The longest allowed name still gets the full band.
+        let long = vec!["a-dataset-with-a-very-long-name".to_string()];
+        assert_eq!(column_labels_height(&long), TOP);
+    }
 }
