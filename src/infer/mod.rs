@@ -124,6 +124,18 @@ enum Network {
     T5(Box<T5Model>),
 }
 
+/// Hands the heap that loading freed back to the OS. Loading builds large transient
+/// structures (a GGUF tokenizer as JSON, blocks re-blocked or stacked); glibc keeps their
+/// freed pages, so without this a loaded Gemma 3 270M stayed at 744 MB resident instead of
+/// 373 MB (SmolLM2: 140 → 113 MB), measured after `LocalModel::load` on the 2-core machine.
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// A loaded model, ready to generate.
 pub struct LocalModel {
     network: Network,
@@ -238,6 +250,7 @@ impl LocalModel {
         };
         check_tokenizer_matches(&tokenizer, embedding_rows, files.weights_path())?;
         let revision = weights_digest(&files.identity_files())?;
+        return_freed_memory();
         Ok(LocalModel {
             network,
             tokenizer,
