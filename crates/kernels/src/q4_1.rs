@@ -115,19 +115,12 @@ pub fn matmul(data: &[u8], n: usize, k: usize, lhs: &[f32], rows: usize) -> Vec<
     assert_eq!(lhs.len(), rows * k, "activation size");
     let xs = Activations::quantize(lhs, k);
     let row_bytes = k / BLOCK * BLOCK_BYTES;
-    // Column-major result (`n × rows`): each task owns whole columns.
-    let mut transposed = vec![0f32; n * rows];
-    transposed
-        .par_chunks_mut(COLUMNS_PER_TASK * rows)
-        .enumerate()
-        .for_each(|(task, out)| {
-            let first = task * COLUMNS_PER_TASK;
-            for (c, column_out) in out.chunks_exact_mut(rows).enumerate() {
-                let weight = &data[(first + c) * row_bytes..(first + c + 1) * row_bytes];
-                column_dot(weight, &xs, column_out);
-            }
-        });
-    crate::columns_to_rows(transposed, rows, n)
+    crate::by_column_tasks(n, rows, COLUMNS_PER_TASK, |first, out| {
+        for (c, column_out) in out.chunks_exact_mut(rows).enumerate() {
+            let weight = &data[(first + c) * row_bytes..(first + c + 1) * row_bytes];
+            column_dot(weight, &xs, column_out);
+        }
+    })
 }
 
 /// One weight row against every activation row: `out[r] = w · x_r`.
