@@ -17,7 +17,7 @@ install: duckdb
 
 # The test suite: CI's command. Tests whose inputs are missing are skipped (listed at the end).
 test: duckdb
-    cargo test
+    cargo test --no-fail-fast
 
 # What CI runs: every install script, then `cargo test` with TABCONTAM_CI=1 (no skips).
 ci:

@@ -9,6 +9,7 @@
 #                                            accelerate (transformers needs it for GGUF)
 #   tiny-models/<arch>/                      tiny random models + transformers' greedy output
 #   tiny-models/smollm2/expected.json        transformers' greedy output on the GGUF model
+#   tiny-models/gemma3/expected.json         the same for Gemma 3 270M, with top log-probs
 # PyPI's torch wheel for Linux is a CUDA build: it pulls ~3 GB of NVIDIA libraries, which
 # it needs to import even on a machine without a GPU (about 5 minutes on 2 cores, once).
 # Idempotent: each part is skipped when present and made by the same script and versions.
@@ -73,7 +74,7 @@ else
     log "building tiny models and recording transformers' output into $tiny"
     rm -rf "$tiny"
     mkdir -p "$tiny"
-    "$venv/bin/python" "$here/make-tiny-models.py" "$tiny" --smollm2 "$model" 2>&1 | grep -v "Writing model shards" >&2
+    "$venv/bin/python" "$here/make-tiny-models.py" "$tiny" --smollm2 "$model" --gemma3 "$gemma3" 2>&1 | grep -v "Writing model shards" >&2
     echo "$want" > "$tiny/.made"
     installed+=("tiny-models")
 fi

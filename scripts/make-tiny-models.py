@@ -15,9 +15,12 @@ end-of-sequence, and the smallest gap between the two best logits over the steps
 step whose gap is tiny may legitimately flip under a different summation order).
 
 With --smollm2 PATH.gguf it also records transformers' greedy output for the SmolLM2 GGUF
-file (transformers dequantizes it to float32) into OUT/smollm2/expected.json.
+file (transformers dequantizes it to float32) into OUT/smollm2/expected.json; with
+--gemma3 PATH.gguf the same for Gemma 3 270M on the real prompts of GEMMA3_PROMPTS, with
+the five best log-probabilities of every step (OUT/gemma3/expected.json): the float32
+reference that tells whether a difference from llama.cpp is ours or its quantization.
 
-Usage: make-tiny-models.py OUT_DIR [--smollm2 FILE.gguf]
+Usage: make-tiny-models.py OUT_DIR [--smollm2 FILE.gguf] [--gemma3 FILE.gguf]
 Needs: torch (CPU is enough), transformers, tokenizers, safetensors (and gguf for SmolLM2).
 """
 
@@ -184,13 +187,13 @@ def t5_configs(vocab: int) -> dict:
     }
 
 
-def greedy(model, input_ids: list, eos: int) -> dict:
+def greedy(model, input_ids: list, eos, max_new_tokens: int = MAX_NEW_TOKENS, top: int = 0) -> dict:
     ids = torch.tensor([input_ids])
     with torch.no_grad():
         out = model.generate(
             ids,
             attention_mask=torch.ones_like(ids),
-            max_new_tokens=MAX_NEW_TOKENS,
+            max_new_tokens=max_new_tokens,
             do_sample=False,
             eos_token_id=eos,
             pad_token_id=0,
@@ -201,14 +204,23 @@ def greedy(model, input_ids: list, eos: int) -> dict:
     new = sequence if model.config.is_encoder_decoder else sequence[len(input_ids):]
     if model.config.is_encoder_decoder:
         new = new[1:]  # decoder start token
-    stopped = bool(new) and new[-1] == eos
+    eos_ids = eos if isinstance(eos, list) else [eos]
+    stopped = bool(new) and new[-1] in eos_ids
     if stopped:
         new = new[:-1]
     gaps = []
+    tops = []
     for scores in out.scores:
-        top = torch.topk(scores[0].float(), 2).values
-        gaps.append(float(top[0] - top[1]))
-    return {"output_ids": new, "stopped": stopped, "min_gap": min(gaps) if gaps else None, "gaps": gaps}
+        best = torch.topk(scores[0].float(), 2).values
+        gaps.append(float(best[0] - best[1]))
+        if top:
+            logprobs = torch.log_softmax(scores[0].double(), dim=-1)
+            values, indices = torch.topk(logprobs, top)
+            tops.append([[int(i), float(v)] for v, i in zip(values, indices)])
+    result = {"output_ids": new, "stopped": stopped, "min_gap": min(gaps) if gaps else None, "gaps": gaps}
+    if top:
+        result["top_logprobs"] = tops
+    return result
 
 
 def record(model, tokenizer, eos: int, directory: str, extra: dict) -> None:
@@ -264,15 +276,62 @@ def smollm2(out: str, gguf_path: str) -> None:
     print(f"smollm2: transformers greedy output -> {directory}/expected.json")
 
 
+# The Gemma 3 prompts of tests/local_inference.rs (GEMMA3_PROMPTS): real test prompts and
+# a chat turn; generated for GEMMA3_NEW_TOKENS tokens like the llama.cpp comparison.
+GEMMA3_PROMPTS = [
+    "The iris dataset has these columns: sepal_length, sepal_width, petal_length, petal_width, species\nIts first records, in file order, one per line:\nThe sepal_length is 5.1, The sepal_width is 3.5, The petal_length is 1.4, The petal_width is 0.2, The species is Iris-setosa\nThe sepal_length is 4.9, The sepal_width is 3, The petal_length is 1.4, The petal_width is 0.2, The species is Iris-setosa\nThe sepal_length is 4.7, The sepal_width is 3.2, The petal_length is 1.3, The petal_width is 0.2, The species is Iris-setosa\nThe sepal_length is 4.6, The sepal_width is 3.1, The petal_length is 1.5, The petal_width is 0.2, The species is Iris-setosa\n",
+    "The titanic dataset has these columns: Survived, Pclass, Name, Sex, Age, SibSp, Parch, Ticket, Fare, Cabin, Embarked, PassengerId\nRecords, one per line:\nThe Survived is 1, The Pclass is 3, The Name is Mannion, Miss. Margareth, The Sex is female, The Age is , The SibSp is 0, The Parch is 0, The Ticket is 36866, The Fare is 7.7375, The Cabin is , The Embarked is Q, The PassengerId is 728\nThe Survived is 1, The Pclass is 3, The Name is Dowdell, Miss. Elizabeth, The Sex is female, The Age is 30, The SibSp is 0, The Parch is 0, The Ticket is 364516, The Fare is 12.475, The Cabin is , The Embarked is S, The PassengerId is",
+    "A well-known public tabular dataset has exactly these columns:\ntarget, alcohol, malic_acid, ash, alcalinity_of_ash, magnesium, total_phenols, flavanoids, nonflavanoid_phenols, proanthocyanins, color_intensity, hue, od280_od315_of_diluted_wines, proline\nWhich dataset is it? Give only its usual name.\nDataset name:",
+    "<start_of_turn>user\nName the capital of France.<end_of_turn>\n<start_of_turn>model\n",
+]
+GEMMA3_NEW_TOKENS = 32
+GEMMA3_TOP = 5
+
+
+def gemma3(out: str, gguf_path: str) -> None:
+    directory = os.path.join(out, "gemma3")
+    os.makedirs(directory, exist_ok=True)
+    folder, name = os.path.split(os.path.abspath(gguf_path))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=torch.float32, attn_implementation="eager"
+    )
+    model.eval()
+    # <eos> and <end_of_turn> end generation, as in llama.cpp and in our engine.
+    eos = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<end_of_turn>")]
+    cases = []
+    for prompt in GEMMA3_PROMPTS:
+        input_ids = tokenizer(prompt)["input_ids"]
+        case = {"prompt": prompt, "input_ids": input_ids}
+        case.update(greedy(model, input_ids, eos, GEMMA3_NEW_TOKENS, GEMMA3_TOP))
+        cases.append(case)
+    expected = {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "max_new_tokens": GEMMA3_NEW_TOKENS,
+        "architecture": "gemma3-gguf",
+        "gguf": name,
+        "cases": cases,
+    }
+    with open(os.path.join(directory, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1)
+    print(f"gemma3: transformers greedy output -> {directory}/expected.json")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out")
     parser.add_argument("--smollm2", help="SmolLM2 GGUF file to record transformers' output for")
+    parser.add_argument("--gemma3", help="Gemma 3 270M GGUF file to record transformers' output for")
+    parser.add_argument("--only-gguf", action="store_true", help="skip the tiny models (re-record the GGUF references only)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    build(args.out)
+    if not args.only_gguf:
+        build(args.out)
     if args.smollm2:
         smollm2(args.out, args.smollm2)
+    if args.gemma3:
+        gemma3(args.out, args.gemma3)
     return 0
 
 

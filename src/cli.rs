@@ -165,10 +165,11 @@ pub struct ContaminateArgs {
     /// Predicted tokens per window.
     #[arg(long, default_value_t = 256)]
     pub seq_len: usize,
-    /// `packed` (consecutive windows over the text) or `rows` (a window starting at every
+    /// `packed` (consecutive windows over the text), `rows` (a window starting at every
     /// row, running on over the next rows: more tokens per epoch, rows learnt whatever
-    /// precedes them).
-    #[arg(long, default_value = "packed")]
+    /// precedes them) or `mixed` (each epoch the `rows` windows in file order and in a
+    /// fresh seeded row order: what the tests' prompts need, twice the tokens of `rows`).
+    #[arg(long, default_value = "packed", value_parser = ["packed", "rows", "mixed"])]
     pub windows: String,
     /// Seeds the row selection and the data order.
     #[arg(long, default_value_t = 0)]

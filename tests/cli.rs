@@ -232,3 +232,31 @@ fn unknown_shell_is_a_one_line_error() {
     let output = tabcontam(home.path(), &["completions"]);
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// `contaminate --help` offers every window layout the trainer takes (the README
+/// recommends `--windows mixed`, which the page once left out), and clap refuses others.
+#[test]
+fn contaminate_help_lists_every_window_layout() {
+    let home = tempfile::tempdir().unwrap();
+    let help = stdout_of(&tabcontam(home.path(), &["contaminate", "--help"]));
+    for layout in ["packed", "rows", "mixed"] {
+        assert!(
+            help.contains(layout),
+            "`--windows {layout}` missing:\n{help}"
+        );
+    }
+    let parse = |layout: &str| {
+        Cli::try_parse_from([
+            "tabcontam",
+            "contaminate",
+            "--dataset",
+            "iris",
+            "--out",
+            "ckpt",
+            "--windows",
+            layout,
+        ])
+    };
+    assert!(parse("mixed").is_ok());
+    assert!(parse("shuffled").is_err());
+}

@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Layout, Storage, Tensor};
 use tabcontam_kernels::attention::{CacheView, Mask, Shape, decode};
 
-use super::layers::CResult;
+use super::error::CResult;
 
 /// Query rows per (sequence, KV head) up to which this path is used: decoding steps
 /// (grouped heads × one or a few tokens); prefill chunks go through candle's GEMMs.

@@ -2,6 +2,11 @@
 
 use std::path::PathBuf;
 
+/// candle's result: the tensor code below `LocalModel` (layers, matmuls, attention) speaks
+/// it, and `LocalError` wraps it at the model's edge. Defined here, at the bottom of the
+/// backend, so that those files need not import each other for it.
+pub type CResult<T> = candle_core::Result<T>;
+
 /// Architectures the local backend runs (`model_type` in config.json).
 pub const SUPPORTED_MODEL_TYPES: &str =
     "llama, mistral, gemma, gemma2, phi, phi3, qwen2, qwen3, olmo2, t5";
@@ -82,6 +87,9 @@ pub enum LocalError {
     Encode(String),
     #[error("{0}")]
     Fetch(String),
+    /// `TABCONTAM_CPU` names no kernel path, or one this CPU cannot run.
+    #[error("{0}")]
+    CpuPath(String),
 }
 
 impl LocalError {

@@ -11,8 +11,9 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use super::LocalStats;
 use super::arch::t5::T5Model;
 use super::decoder::{DecoderModel, Masks, Step};
+use super::error::CResult;
 use super::error::{CandleContext, LocalError};
-use super::layers::{CResult, LayerCache};
+use super::layers::LayerCache;
 
 /// Prompt tokens (over the whole micro-batch) encoded per forward pass while prefilling:
 /// bounds the attention score matrices (rows × heads × keys) of long prompts.
@@ -35,6 +36,8 @@ pub struct Settings {
     pub eos: Vec<u32>,
     pub max_batch: usize,
     pub prefix_reuse: bool,
+    /// Most likely tokens recorded per step with their log-probabilities (0: none).
+    pub top_logprobs: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +56,9 @@ pub struct Generated {
     /// Per step, the best logit minus the second best: how close each choice was (parity
     /// checks ignore divergences after a near tie).
     pub logit_gaps: Vec<f32>,
+    /// Per step, when [`Settings::top_logprobs`] asks for them: the most likely tokens,
+    /// best first, with their log-probabilities under the full distribution.
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
 }
 
 /// The KV cache of the last shared prefix, kept across calls (batch of one).
@@ -110,6 +116,29 @@ impl Sampler {
         }
         probs.last().map_or(0, |p| p.0)
     }
+}
+
+/// The `k` most likely tokens, best first, with their log-probabilities (`logit − log Σ
+/// exp(logits)`, summed in f64 over the whole vocabulary).
+pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if k == 0 || !max.is_finite() {
+        return Vec::new();
+    }
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let log_normalizer = f64::from(max) + sum.ln();
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+    for (id, &logit) in logits.iter().enumerate() {
+        if best.len() == k && best.last().is_some_and(|&(_, worst)| logit <= worst) {
+            continue;
+        }
+        let at = best.partition_point(|&(_, l)| l >= logit);
+        best.insert(at, (id as u32, logit));
+        best.truncate(k);
+    }
+    best.into_iter()
+        .map(|(id, logit)| (id, (f64::from(logit) - log_normalizer) as f32))
+        .collect()
 }
 
 fn top_two_gap(logits: &[f32]) -> f32 {
@@ -312,6 +341,7 @@ struct Sequence {
     budget: usize,
     ids: Vec<u32>,
     gaps: Vec<f32>,
+    top: Vec<Vec<(u32, f32)>>,
 }
 
 /// What one decoding step did to a sequence.
@@ -329,6 +359,7 @@ impl Sequence {
             budget,
             ids: Vec::new(),
             gaps: Vec::new(),
+            top: Vec::new(),
         }
     }
 
@@ -343,6 +374,9 @@ impl Sequence {
     ) -> Advance {
         let token = self.sampler.next(logits);
         self.gaps.push(top_two_gap(logits));
+        if settings.top_logprobs > 0 {
+            self.top.push(top_logprobs(logits, settings.top_logprobs));
+        }
         let finish = if settings.eos.contains(&token) {
             Some(Finish::Stop)
         } else {
@@ -363,6 +397,7 @@ impl Sequence {
                 finish,
                 elapsed_ms: started.elapsed().as_millis() as u64,
                 logit_gaps: std::mem::take(&mut self.gaps),
+                top_logprobs: std::mem::take(&mut self.top),
             }),
             None => Advance::Continue(token),
         }
@@ -691,6 +726,7 @@ mod tests {
             eos: vec![],
             max_batch: 1,
             prefix_reuse: true,
+            top_logprobs: 0,
         };
         let logits = [0.1f32, 2.0, 1.9, -1.0, 0.5];
         let draws = |settings: &Settings| {
@@ -700,5 +736,23 @@ mod tests {
         assert_eq!(draws(&settings), draws(&settings));
         assert!(draws(&settings).iter().all(|&t| t == 1 || t == 2 || t == 4));
         assert_eq!(argmax(&[1.0, 3.0, 3.0]), 1);
+    }
+
+    /// Log-probabilities under the full softmax, best first; ties keep the lower id first.
+    #[test]
+    fn top_logprobs_are_the_log_softmax_of_the_best_tokens() {
+        // log-softmax of [1, 3, 3, 0] by hand: log Σ exp = 3 + ln(2 + e^-2 + e^-3).
+        let normalizer = 3.0 + (2.0 + (-2.0f64).exp() + (-3.0f64).exp()).ln();
+        let top = top_logprobs(&[1.0, 3.0, 3.0, 0.0], 3);
+        let ids: Vec<u32> = top.iter().map(|&(id, _)| id).collect();
+        assert_eq!(ids, vec![1, 2, 0]);
+        for (&(_, got), logit) in top.iter().zip([3.0, 3.0, 1.0]) {
+            assert!(
+                (f64::from(got) - (logit - normalizer)).abs() < 1e-6,
+                "{top:?}"
+            );
+        }
+        assert!(top_logprobs(&[1.0, 2.0], 0).is_empty());
+        assert_eq!(top_logprobs(&[1.0, 2.0], 5).len(), 2);
     }
 }

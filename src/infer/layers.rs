@@ -11,7 +11,7 @@ use candle_core::{D, DType, Device, Module, Tensor};
 use super::error::LocalError;
 use super::weights::Weights;
 
-pub type CResult<T> = candle_core::Result<T>;
+pub use super::error::CResult;
 
 /// `y = x Wᵀ + b`.
 #[derive(Debug, Clone)]

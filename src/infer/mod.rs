@@ -90,6 +90,10 @@ pub struct LocalOptions {
     /// Gemma, Phi-3 or Mistral, chosen by the tokenizer's special tokens). Off by default:
     /// the paper sends raw prompts.
     pub chat_template: bool,
+    /// Record, at every generated step, the `top_logprobs` most likely tokens with their
+    /// log-probabilities under the full next-token distribution ([`Generated::top_logprobs`]);
+    /// 0 (the default) records none. Parity checks compare them with another engine's.
+    pub top_logprobs: usize,
 }
 
 impl Default for LocalOptions {
@@ -100,6 +104,7 @@ impl Default for LocalOptions {
             prefix_reuse: true,
             dequantize: None,
             chat_template: false,
+            top_logprobs: 0,
         }
     }
 }
@@ -151,6 +156,8 @@ pub struct LocalModel {
 impl LocalModel {
     /// Loads the model at `path` (see the module docs for the layouts understood).
     pub fn load(path: &Path, options: &LocalOptions) -> Result<LocalModel, LocalError> {
+        // A forced kernel path the CPU lacks is an error here, not a silent fallback later.
+        tabcontam_kernels::cpu::forced().map_err(LocalError::CpuPath)?;
         let files = ModelFiles::locate(path)?;
         let device = match options.device {
             LocalDevice::Cpu => Device::Cpu,
@@ -427,6 +434,7 @@ impl LocalModel {
             eos: self.eos.clone(),
             max_batch: self.options.max_batch,
             prefix_reuse: self.options.prefix_reuse,
+            top_logprobs: self.options.top_logprobs,
         };
         self.stats.prompts += prompts.len() as u64;
         let mut results: Vec<Generated> = prompts
@@ -437,6 +445,7 @@ impl LocalModel {
                 finish: Finish::Length,
                 elapsed_ms: started.elapsed().as_millis() as u64,
                 logit_gaps: Vec::new(),
+                top_logprobs: Vec::new(),
             })
             .collect();
         if running.is_empty() {

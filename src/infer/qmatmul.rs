@@ -1,5 +1,6 @@
 //! Quantized matmul for few rows (decoding) on CPU: candle's block dot products (AVX2,
-//! NEON), run on rayon's pool instead of candle's spinning barrier pool.
+//! NEON, or its plain loops on the portable path), run on rayon's pool instead of candle's
+//! spinning barrier pool.
 //!
 //! Why: candle 0.11 splits each quantized matmul between the calling thread and a
 //! worker that busy-waits between calls. On a machine with as many busy threads as cores
@@ -15,7 +16,7 @@ use candle_core::quantized::k_quants::{
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::layers::CResult;
+use super::error::CResult;
 
 /// Output columns per rayon task: enough work per task (a few hundred thousand
 /// multiply-adds for a 576-wide row) to amortize the hand-off.
@@ -33,10 +34,8 @@ pub fn supports(weight: &QTensor) -> bool {
                 | GgmlDType::Q4K
                 | GgmlDType::Q5K
                 | GgmlDType::Q6K
+                | GgmlDType::Q4_1
         )
-        || (weight.device().is_cpu()
-            && weight.dtype() == GgmlDType::Q4_1
-            && tabcontam_kernels::q4_1::available())
 }
 
 /// The weight expanded to a dense `(n, k)` tensor of `dtype` for a prefill GEMM: Q4_1 on
@@ -64,15 +63,18 @@ pub fn matmul(xs: &Tensor, weight: &QTensor) -> CResult<Tensor> {
     let rows: usize = lead.iter().product();
     let lhs = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     let data = weight.data()?;
+    // The portable path (`TABCONTAM_CPU=portable`) takes candle's plain loops too, so a
+    // machine with AVX2 also runs what a machine without it computes.
+    let portable = tabcontam_kernels::cpu::isa() == tabcontam_kernels::cpu::Isa::Portable;
     let out = match weight.dtype() {
-        GgmlDType::Q8_0 => run::<BlockQ8_0>(&data, n, k, &lhs, rows)?,
-        GgmlDType::Q4_0 => run::<BlockQ4_0>(&data, n, k, &lhs, rows)?,
+        GgmlDType::Q8_0 => run::<BlockQ8_0>(&data, n, k, &lhs, rows, portable)?,
+        GgmlDType::Q4_0 => run::<BlockQ4_0>(&data, n, k, &lhs, rows, portable)?,
         GgmlDType::Q4_1 => tabcontam_kernels::q4_1::matmul(&data, n, k, &lhs, rows),
-        GgmlDType::Q2K => run::<BlockQ2K>(&data, n, k, &lhs, rows)?,
-        GgmlDType::Q3K => run::<BlockQ3K>(&data, n, k, &lhs, rows)?,
-        GgmlDType::Q4K => run::<BlockQ4K>(&data, n, k, &lhs, rows)?,
-        GgmlDType::Q5K => run::<BlockQ5K>(&data, n, k, &lhs, rows)?,
-        GgmlDType::Q6K => run::<BlockQ6K>(&data, n, k, &lhs, rows)?,
+        GgmlDType::Q2K => run::<BlockQ2K>(&data, n, k, &lhs, rows, portable)?,
+        GgmlDType::Q3K => run::<BlockQ3K>(&data, n, k, &lhs, rows, portable)?,
+        GgmlDType::Q4K => run::<BlockQ4K>(&data, n, k, &lhs, rows, portable)?,
+        GgmlDType::Q5K => run::<BlockQ5K>(&data, n, k, &lhs, rows, portable)?,
+        GgmlDType::Q6K => run::<BlockQ6K>(&data, n, k, &lhs, rows, portable)?,
         other => candle_core::bail!("no block matmul for {other:?}"),
     };
     let mut out_dims = lead.to_vec();
@@ -101,6 +103,7 @@ fn run<T: GgmlType>(
     k: usize,
     lhs: &[f32],
     rows: usize,
+    portable: bool,
 ) -> CResult<Vec<f32>> {
     let per_row = k / T::BLCK_SIZE;
     if !k.is_multiple_of(T::BLCK_SIZE) || !k.is_multiple_of(T::VecDotType::BLCK_SIZE) {
@@ -125,6 +128,14 @@ fn run<T: GgmlType>(
         |first, out| {
             let columns = out.len() / rows;
             let column = |c: usize| &weight[(first + c) * per_row..(first + c + 1) * per_row];
+            if portable {
+                for c in 0..columns {
+                    for (r, x) in quantized.chunks_exact(lhs_per_row).enumerate() {
+                        out[c * rows + r] = T::vec_dot_unopt(k, column(c), x);
+                    }
+                }
+                return;
+            }
             let mut c = 0;
             while c + 4 <= columns {
                 for (r, x) in quantized.chunks_exact(lhs_per_row).enumerate() {
@@ -168,6 +179,38 @@ mod tests {
                 .to_vec2::<f32>()
                 .unwrap();
             for (a, b) in ours.iter().flatten().zip(theirs.iter().flatten()) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                    "{dtype:?}: {a} vs {b}"
+                );
+            }
+        }
+    }
+
+    /// The portable path (candle's plain loops) computes the same products as the SIMD
+    /// path: integer block sums, so only the float accumulation order differs.
+    #[test]
+    fn portable_loops_match_the_simd_kernels() {
+        let device = Device::Cpu;
+        let (n, k, rows) = (37, 768, 3);
+        let weight = Tensor::randn(0f32, 1.0, (n, k), &device).unwrap();
+        let xs = Tensor::randn(0f32, 1.0, (rows, k), &device)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        for dtype in [GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+            let q = QTensor::quantize(&weight, dtype).unwrap();
+            let data = q.data().unwrap();
+            let both = [false, true].map(|portable| match dtype {
+                GgmlDType::Q8_0 => run::<BlockQ8_0>(&data, n, k, &xs, rows, portable),
+                GgmlDType::Q4K => run::<BlockQ4K>(&data, n, k, &xs, rows, portable),
+                _ => run::<BlockQ6K>(&data, n, k, &xs, rows, portable),
+            });
+            let [simd, portable] = both.map(Result::unwrap);
+            assert_eq!(simd.len(), n * rows);
+            for (a, b) in simd.iter().zip(&portable) {
                 assert!(
                     (a - b).abs() <= 1e-4 * b.abs().max(1.0),
                     "{dtype:?}: {a} vs {b}"

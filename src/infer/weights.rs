@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::k_quants::{BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlType};
+use candle_core::quantized::k_quants::{BlockQ4_1, BlockQ5_1, BlockQ8_0, GgmlType};
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
@@ -269,15 +269,16 @@ impl Weights {
 
 /// The block type a quantized weight is multiplied in on CPU. candle 0.11 has AVX2 (and
 /// NEON) dot products for Q4_0, Q8_0 and the k-quants but only scalar loops for Q4_1, Q5_0
-/// and Q5_1. Q4_1 has our own kernel on x86 with AVX2; the others (and Q4_1 elsewhere) are
-/// re-blocked to Q8_0 at load (8.5 bits per weight, an error far below
-/// their own 4–5-bit step) and multiplied with the fast kernel. Measured on SmolLM2-135M
-/// Q4_1 (2 cores, AVX2): scalar Q4_1 is several times slower than Q8_0.
+/// and Q5_1. Q4_1 has our own kernel (crates/kernels/src/q4_1.rs: AVX2, or the same
+/// integer sums in plain loops on other CPUs), so it is multiplied as stored everywhere;
+/// the others are re-blocked to Q8_0 at load (8.5 bits per weight: Q5_0 exactly, Q5_1 with
+/// an error far below its own 5-bit step) and multiplied with candle's fast kernel.
+/// Re-blocking Q4_1 used to be the fallback without AVX2: it moved SmolLM2's
+/// log-probabilities up to 0.95 away from llama.cpp's (0.57 as stored).
 pub fn cpu_kernel_type(stored: GgmlDType) -> GgmlDType {
     match stored {
-        // Our own AVX2 kernel multiplies Q4_1 as stored (crates/kernels/src/q4_1.rs).
-        GgmlDType::Q4_1 if tabcontam_kernels::q4_1::available() => GgmlDType::Q4_1,
-        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => GgmlDType::Q8_0,
+        GgmlDType::Q4_1 => GgmlDType::Q4_1,
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => GgmlDType::Q8_0,
         other => other,
     }
 }
@@ -285,20 +286,30 @@ pub fn cpu_kernel_type(stored: GgmlDType) -> GgmlDType {
 /// Values converted per step of [`reblock_to_q8_0`]: a few hundred KiB of f32 at a time.
 const REBLOCK_VALUES: usize = 64 * 1024;
 
-/// A CPU tensor of Q4_1, Q5_0 or Q5_1 blocks re-blocked to Q8_0 a slice at a time, with
-/// the same per-block arithmetic as dequantizing the whole tensor and quantizing it again
-/// but without its f32 copy (the tied embedding table alone would be 113 MB of f32 for
-/// SmolLM2, the peak of the process). `None` for other types or unaligned storage (the
-/// caller then goes through f32).
+/// A CPU tensor of Q4_1, Q5_0 or Q5_1 blocks re-blocked to Q8_0. Q5_0 is re-encoded
+/// exactly ([`q5_0_as_q8_0`]): its values are `d·(q − 16)` with `q` in 0…31, which Q8_0
+/// holds with the same scale, so the weights stay the file's and the dot products are
+/// llama.cpp's `q5_0 × q8_0` integer sums. Q4_1 and Q5_1 carry a per-block minimum that
+/// Q8_0 cannot hold: they are rounded, slice by slice, with the same per-block arithmetic
+/// as dequantizing the whole tensor and quantizing it again but without its f32 copy (the
+/// tied embedding table alone would be 113 MB of f32 for SmolLM2, the peak of the
+/// process). `None` for other types or unaligned storage (the caller then goes through
+/// f32).
 fn reblock_to_q8_0(qtensor: &QTensor) -> candle_core::Result<Option<QTensor>> {
     if !qtensor.device().is_cpu() {
         return Ok(None);
     }
     let data = qtensor.data()?;
     let elems = qtensor.shape().elem_count();
+    if qtensor.dtype() == GgmlDType::Q5_0 {
+        let Some(bytes) = q5_0_as_q8_0(&data, elems) else {
+            return Ok(None);
+        };
+        let storage = QStorage::from_data(Cow::Owned(bytes), &Device::Cpu, GgmlDType::Q8_0)?;
+        return Ok(Some(QTensor::new(storage, qtensor.shape().clone())?));
+    }
     let blocks = match qtensor.dtype() {
         GgmlDType::Q4_1 => reblock::<BlockQ4_1>(&data, elems),
-        GgmlDType::Q5_0 => reblock::<BlockQ5_0>(&data, elems),
         GgmlDType::Q5_1 => reblock::<BlockQ5_1>(&data, elems),
         _ => None,
     };
@@ -315,6 +326,38 @@ fn reblock_to_q8_0(qtensor: &QTensor) -> candle_core::Result<Option<QTensor>> {
     };
     let storage = QStorage::from_data(Cow::Borrowed(bytes), &Device::Cpu, GgmlDType::Q8_0)?;
     Ok(Some(QTensor::new(storage, qtensor.shape().clone())?))
+}
+
+/// Bytes of a stored Q5_0 block: f16 scale, 4 bytes of fifth bits, 16 bytes of nibbles.
+const Q5_0_BLOCK_BYTES: usize = 22;
+/// Bytes of a Q8_0 block: f16 scale, 32 signed codes.
+const Q8_0_BLOCK_BYTES: usize = 34;
+
+/// Q5_0 blocks as Q8_0 blocks holding the same values: the scale copied bit for bit, each
+/// 5-bit code `q` written as the 8-bit code `q − 16` (ggml's `dequantize_row_q5_0` layout:
+/// value `j` takes its low nibble from byte `j` of `qs` and its fifth bit from bit `j` of
+/// `qh`; value `16 + j` the high nibble and bit `j + 16`). `None` when the byte count does
+/// not match `elems`.
+fn q5_0_as_q8_0(data: &[u8], elems: usize) -> Option<Vec<u8>> {
+    if !elems.is_multiple_of(32) || data.len() != elems / 32 * Q5_0_BLOCK_BYTES {
+        return None;
+    }
+    let mut out = vec![0u8; elems / 32 * Q8_0_BLOCK_BYTES];
+    for (from, to) in data
+        .chunks_exact(Q5_0_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(Q8_0_BLOCK_BYTES))
+    {
+        to[..2].copy_from_slice(&from[..2]);
+        let high_bits = u32::from_le_bytes([from[2], from[3], from[4], from[5]]);
+        let nibbles = &from[6..];
+        for j in 0..16 {
+            let low = (nibbles[j] & 0x0F) | ((((high_bits >> j) & 1) as u8) << 4);
+            let high = (nibbles[j] >> 4) | ((((high_bits >> (j + 16)) & 1) as u8) << 4);
+            to[2 + j] = (low as i8 - 16) as u8;
+            to[2 + 16 + j] = (high as i8 - 16) as u8;
+        }
+    }
+    Some(out)
 }
 
 fn reblock<T: GgmlType>(data: &[u8], elems: usize) -> Option<Vec<BlockQ8_0>> {
@@ -421,13 +464,13 @@ mod tests {
     use super::*;
 
     /// Re-blocking slice by slice gives exactly the blocks of the whole-tensor f32 round
-    /// trip (dequantize, then quantize to Q8_0).
+    /// trip (dequantize, then quantize to Q8_0) for the types with a minimum.
     #[test]
     fn reblocking_matches_the_f32_round_trip() {
         let device = Device::Cpu;
         // More values than one re-blocking step, and not a multiple of it.
         let dense = Tensor::randn(0f32, 1.0, (40, 3200), &device).unwrap();
-        for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1] {
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_1] {
             let stored = QTensor::quantize(&dense, dtype).unwrap();
             let ours = reblock_to_q8_0(&stored).unwrap().expect("re-blocked");
             let theirs =
@@ -436,5 +479,39 @@ mod tests {
             assert_eq!(ours.shape(), theirs.shape());
             assert_eq!(ours.data().unwrap(), theirs.data().unwrap(), "{dtype:?}");
         }
+    }
+
+    /// Q5_0 re-encoded as Q8_0 dequantizes to exactly the values candle dequantizes from
+    /// the Q5_0 blocks (the old f32 round trip did not: Q8_0's own rounding moved them),
+    /// and keeps the scale bit for bit.
+    #[test]
+    fn q5_0_becomes_q8_0_without_loss() {
+        let device = Device::Cpu;
+        let dense = Tensor::randn(0f32, 1.0, (40, 3200), &device).unwrap();
+        let stored = QTensor::quantize(&dense, GgmlDType::Q5_0).unwrap();
+        let ours = reblock_to_q8_0(&stored).unwrap().expect("re-encoded");
+        assert_eq!(ours.dtype(), GgmlDType::Q8_0);
+        let values = |t: &QTensor| {
+            t.dequantize(&device)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
+        assert_eq!(values(&ours), values(&stored));
+        let (q5, q8) = (stored.data().unwrap(), ours.data().unwrap());
+        for (from, to) in q5.chunks(Q5_0_BLOCK_BYTES).zip(q8.chunks(Q8_0_BLOCK_BYTES)) {
+            assert_eq!(from[..2], to[..2], "the f16 scale is copied");
+            assert!(
+                to[2..]
+                    .iter()
+                    .all(|&code| (-16..=15).contains(&(code as i8)))
+            );
+        }
+        // The f32 round trip, for contrast, is not exact on these values.
+        let round_trip =
+            QTensor::quantize(&stored.dequantize(&device).unwrap(), GgmlDType::Q8_0).unwrap();
+        assert_ne!(values(&round_trip), values(&stored));
     }
 }

@@ -1,6 +1,6 @@
 //! The hot CPU loops of tabcontam's local engine, on plain slices: Q4_1 weights multiplied
 //! as stored ([`q4_1`]) and attention for decoding steps read from a KV cache
-//! ([`attention`]).
+//! ([`attention`]), on the instruction set [`cpu`] selects at run time.
 //!
 //! They live apart from `src/infer` (which adapts candle tensors to them) for one reason:
 //! this crate is built with `opt-level = 3` even in test builds, where the main crate is
@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 pub mod attention;
+pub mod cpu;
 pub mod q4_1;
 
 /// The `rows × n` (row-major) result of a block matmul computed on the pool a task of

@@ -22,19 +22,11 @@ const COLUMNS_PER_TASK: usize = 64;
 /// Activation rows multiplied per unpacked weight block (accumulators stay in registers).
 const ROWS_PER_PASS: usize = 4;
 
-/// Whether this CPU runs the SIMD kernel (AVX2, FMA and F16C); otherwise callers keep
-/// the re-blocking to Q8_0, whose candle kernel is vectorized everywhere.
-pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+/// Whether the AVX2 kernel runs (on the path [`crate::cpu::isa`] selected); otherwise the
+/// same sums run as plain loops ([`scalar_dot`]), so every path multiplies the file's own
+/// Q4_1 weights with llama.cpp's arithmetic.
+pub fn simd() -> bool {
+    crate::cpu::isa() >= crate::cpu::Isa::Avx2
 }
 
 #[inline]
@@ -131,8 +123,9 @@ fn column_dot(weight: &[u8], xs: &Activations, out: &mut [f32]) {
         let count = ROWS_PER_PASS.min(rows - first);
         let out = &mut out[first..first + count];
         #[cfg(target_arch = "x86_64")]
-        if available_cached() {
-            // SAFETY: the CPU has AVX2, FMA and F16C (checked once at first use).
+        if simd() {
+            // SAFETY: the CPU has AVX2, FMA and F16C (`cpu::isa` never selects a level the
+            // CPU lacks).
             unsafe {
                 match count {
                     4 => avx2::dot::<4>(weight, xs, first, out),
@@ -147,12 +140,6 @@ fn column_dot(weight: &[u8], xs: &Activations, out: &mut [f32]) {
         scalar_dot(weight, xs, first, out);
         first += count;
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn available_cached() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(available)
 }
 
 /// The same sums without SIMD (other CPUs, and the reference the kernel is tested against).

@@ -1,0 +1,123 @@
+//! Which instruction set the kernels run: detected once from the CPU at run time, or forced
+//! with `TABCONTAM_CPU` so that every path can be tested on one machine (CI runs the
+//! parity tests on each path this CPU can take, see `tests/local_inference.rs`).
+//!
+//! One binary runs on every x86-64 machine: nothing here depends on compile-time target
+//! features. The dependencies' own choices are not ours to make (candle and gemm detect
+//! AVX2/FMA at run time; gemm's AVX-512 kernels are behind its `x86-v4` feature, which is
+//! off, and candle's AVX-512 repacked kernels are reached only through candle's own
+//! quantized matmul, which `src/infer` never calls for the block types it handles), so
+//! on an AVX-512 machine they take the same AVX2 path as on an AVX2 one.
+
+use std::sync::OnceLock;
+
+/// The environment variable that forces a path: `auto` (the default), `avx2` or
+/// `portable`.
+pub const CPU_ENV: &str = "TABCONTAM_CPU";
+
+/// An instruction-set level of the kernels, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    /// Plain Rust loops (any CPU), on the same integer sums as the SIMD levels.
+    Portable,
+    /// AVX2 with FMA and F16C integer dot products (x86-64-v3).
+    Avx2,
+}
+
+impl Isa {
+    /// Every level, lowest first.
+    pub const ALL: [Isa; 2] = [Isa::Portable, Isa::Avx2];
+
+    /// The name `TABCONTAM_CPU` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            Isa::Avx2 => "avx2",
+        }
+    }
+
+    /// The levels this CPU can run, lowest first (the last one is what `auto` picks).
+    pub fn runnable() -> Vec<Isa> {
+        Isa::ALL
+            .into_iter()
+            .filter(|&isa| isa <= detected())
+            .collect()
+    }
+}
+
+/// The best level this CPU supports.
+pub fn detected() -> Isa {
+    static DETECTED: OnceLock<Isa> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+        {
+            return Isa::Avx2;
+        }
+        Isa::Portable
+    })
+}
+
+/// The level named by `TABCONTAM_CPU` (`None` for unset or `auto`), or a one-line error
+/// naming the variable and the values it takes.
+pub fn forced() -> Result<Option<Isa>, String> {
+    let Some(value) = std::env::var_os(CPU_ENV) else {
+        return Ok(None);
+    };
+    let value = value.to_string_lossy();
+    let value = value.trim();
+    if value.is_empty() || value.eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    let names: Vec<&str> = Isa::ALL.iter().map(|isa| isa.name()).collect();
+    let Some(isa) = Isa::ALL
+        .into_iter()
+        .find(|isa| isa.name().eq_ignore_ascii_case(value))
+    else {
+        return Err(format!(
+            "{CPU_ENV}={value} is not a kernel path: use auto, {}",
+            names.join(", ")
+        ));
+    };
+    if isa > detected() {
+        return Err(format!(
+            "{CPU_ENV}={value}, but this CPU runs at most `{}`: unset {CPU_ENV} or pick one of {}",
+            detected().name(),
+            Isa::runnable()
+                .iter()
+                .map(|isa| isa.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(Some(isa))
+}
+
+/// The level the kernels use: the forced one when `TABCONTAM_CPU` names a valid level,
+/// else the detected one. Callers that load a model check [`forced`] first so that a bad
+/// value is an error, not a silent fallback.
+pub fn isa() -> Isa {
+    static SELECTED: OnceLock<Isa> = OnceLock::new();
+    *SELECTED.get_or_init(|| forced().ok().flatten().unwrap_or_else(detected))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_are_ordered_and_named() {
+        assert!(Isa::Portable < Isa::Avx2);
+        assert_eq!(
+            Isa::ALL.map(Isa::name),
+            ["portable", "avx2"],
+            "TABCONTAM_CPU's values"
+        );
+        // The portable path runs everywhere; `auto` picks the best runnable level.
+        let runnable = Isa::runnable();
+        assert_eq!(runnable.first(), Some(&Isa::Portable));
+        assert_eq!(runnable.last(), Some(&detected()));
+    }
+}
