@@ -602,7 +602,7 @@ fn explorer_cell<'a>(
     model: &str,
     dataset: &str,
     test: TestId,
-) -> &'a tabcontam::analyze::explorer::ExplorerCell {
+) -> &'a tabcontam::analyze::ExplorerCell {
     a.explorer
         .iter()
         .find(|c| c.key.model == model && c.dataset == dataset && c.test == test)

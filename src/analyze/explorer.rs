@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::view::{Analysis, SeriesKey};
+use super::view::{Analysis, ExplorerCell, ExplorerTrial, SeriesKey};
 use super::{AnalyzeError, Result};
 use crate::dataset::Serialization;
 use crate::decide::{Alg1Profile, Cell, Dictionary, Word};
@@ -28,44 +28,6 @@ pub const DEFAULT_TRIALS_SHOWN: usize = 5;
 /// A character diff is computed only when both texts are at most this long (the table is
 /// quadratic; rows of the paper's datasets are a few hundred characters).
 const MAX_DIFF_CHARS: usize = 1500;
-
-/// One cell of ours with the trials shown.
-#[derive(Debug, Clone, Serialize)]
-pub struct ExplorerCell {
-    #[serde(flatten)]
-    pub key: SeriesKey,
-    pub dataset: String,
-    pub test: TestId,
-    pub serialization: Option<String>,
-    pub seed: u64,
-    /// The cell's verdict (tests 1–9) as stored.
-    pub passed: bool,
-    /// Trials the cell has (every sample), of which `trials` shows the first.
-    pub total_trials: usize,
-    pub passed_trials: usize,
-    pub echo_trials: usize,
-    pub trials: Vec<ExplorerTrial>,
-}
-
-/// One trial as the model saw and answered it.
-#[derive(Debug, Clone, Serialize)]
-pub struct ExplorerTrial {
-    pub sample: u32,
-    pub trial: u32,
-    pub note: Option<String>,
-    pub prompt: String,
-    pub output: String,
-    /// Texts to highlight: the expected words, names, row values or correct choice.
-    pub expected: Vec<String>,
-    /// Completion tests (7–9): the true row (the expected fields in the cell's template),
-    /// and the part of the output it is judged against.
-    pub truth: Option<String>,
-    pub judged: Option<String>,
-    pub passed: bool,
-    pub invalid: bool,
-    /// A pass whose evidence was already printed in the prompt.
-    pub echo: bool,
-}
 
 /// What a trial expects, as texts to look for.
 pub fn expected_terms(expected: &Expected) -> Vec<String> {

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::stats::Interval;
-use crate::probe::TestKind;
+use crate::probe::{TestId, TestKind};
 
 /// Everything the reports show.
 #[derive(Debug, Clone, Serialize)]
@@ -53,7 +53,7 @@ pub struct Analysis {
     pub calibration: Option<super::calibration::Calibration>,
     /// Every cell of ours with its trials (prompt, output, expected, echo), in Table 2's
     /// order: the report's trial explorer. Imported results have none.
-    pub explorer: Vec<super::explorer::ExplorerCell>,
+    pub explorer: Vec<ExplorerCell>,
     /// The most trials `explorer` keeps per cell (0: no explorer).
     pub explorer_trials: usize,
     /// The likelihood tests' cells (SPEC §8), by model, dataset, test, template.
@@ -322,4 +322,42 @@ pub struct Example {
     pub trial: u32,
     pub passed: bool,
     pub output: String,
+}
+
+/// One cell of ours with the trials shown.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExplorerCell {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub dataset: String,
+    pub test: TestId,
+    pub serialization: Option<String>,
+    pub seed: u64,
+    /// The cell's verdict (tests 1–9) as stored.
+    pub passed: bool,
+    /// Trials the cell has (every sample), of which `trials` shows the first.
+    pub total_trials: usize,
+    pub passed_trials: usize,
+    pub echo_trials: usize,
+    pub trials: Vec<ExplorerTrial>,
+}
+
+/// One trial as the model saw and answered it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExplorerTrial {
+    pub sample: u32,
+    pub trial: u32,
+    pub note: Option<String>,
+    pub prompt: String,
+    pub output: String,
+    /// Texts to highlight: the expected words, names, row values or correct choice.
+    pub expected: Vec<String>,
+    /// Completion tests (7–9): the true row (the expected fields in the cell's template),
+    /// and the part of the output it is judged against.
+    pub truth: Option<String>,
+    pub judged: Option<String>,
+    pub passed: bool,
+    pub invalid: bool,
+    /// A pass whose evidence was already printed in the prompt.
+    pub echo: bool,
 }

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::error::{self, BodyError, LlmError};
 use super::limits::Limits;
-use super::retry::{self, RetryPolicy};
+use super::retry::RetryPolicy;
 use super::{ApiMode, BackendKind, Request, Response, anthropic, gemini, openai};
 
 /// How requests are spread over several `base_url`s serving the same model.
@@ -372,8 +372,27 @@ impl Client {
     }
 
     /// One request, within the model's limits, retried per the policy: what a run calls.
+    /// Each attempt takes its own concurrency slot (released during the backoff so others
+    /// can use it), and a `Retry-After` pauses every task of the model, not just this one:
+    /// the limit that was hit is the model's.
     pub async fn complete(&self, request: &Request) -> Result<Response, LlmError> {
-        retry::complete_with_retry(self, request).await
+        let key = request.key();
+        let tokens = Limits::estimate_tokens(request);
+        let policy = self.retry_policy();
+        let limits = self.limits();
+        policy
+            .run(&key, |_attempt| async move {
+                let permit = limits.acquire(tokens).await;
+                let result = self.complete_once(request).await;
+                drop(permit);
+                if let Err(error) = &result
+                    && let Some(asked) = error.retry_after()
+                {
+                    limits.pause_until(Instant::now() + asked.min(policy.max_retry_after));
+                }
+                result
+            })
+            .await
     }
 
     /// Exactly one HTTP attempt, ignoring limits and retries.

@@ -6,12 +6,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::client::Client;
 use super::error::LlmError;
-use super::limits::Limits;
-use super::{Request, RequestKey, Response};
+use super::{RequestKey, Response};
 
 /// How often and how long to wait between attempts.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,30 +80,6 @@ impl RetryPolicy {
             tokio::time::sleep(self.delay(&error, key, attempts)).await;
         }
     }
-}
-
-/// One request through the model's limits, retried per the client's policy. Each attempt
-/// takes its own concurrency slot (released during the backoff so others can use it), and
-/// a `Retry-After` pauses every task of the model, not just this one: the limit that was
-/// hit is the model's.
-pub async fn complete_with_retry(client: &Client, request: &Request) -> Result<Response, LlmError> {
-    let key = request.key();
-    let tokens = Limits::estimate_tokens(request);
-    let policy = client.retry_policy();
-    let limits = client.limits();
-    policy
-        .run(&key, |_attempt| async move {
-            let permit = limits.acquire(tokens).await;
-            let result = client.complete_once(request).await;
-            drop(permit);
-            if let Err(error) = &result
-                && let Some(asked) = error.retry_after()
-            {
-                limits.pause_until(Instant::now() + asked.min(policy.max_retry_after));
-            }
-            result
-        })
-        .await
 }
 
 /// A uniform draw in [0, 1) from the key and the retry number (splitmix64).

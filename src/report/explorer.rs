@@ -5,7 +5,8 @@
 
 use std::collections::HashMap;
 
-use crate::analyze::explorer::{DiffPiece, ExplorerCell, char_diff};
+use crate::analyze::ExplorerCell;
+use crate::analyze::explorer::{DiffPiece, char_diff};
 use crate::analyze::{Analysis, SeriesKey};
 
 /// One series' cells.

@@ -22,9 +22,10 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::task::JoinSet;
 
 use super::local_exec::{LocalWork, run_local_models};
+use super::outcome::{Outcome, OutcomeSender};
 use crate::llm::client::Client;
 use crate::llm::error::ErrorClass;
-use crate::request::{Request, Response};
+use crate::request::Request;
 use crate::store::{RunId, Store};
 
 /// What happened to the requests of one model.
@@ -96,25 +97,6 @@ impl Work {
         (remote + local) as u64
     }
 }
-
-/// What a network task or the local thread hands to the writer. `model` indexes the
-/// executor's models: remote ones first, then local ones.
-pub(super) enum Outcome {
-    Stored {
-        model: usize,
-        response: Response,
-    },
-    Failed {
-        model: usize,
-        kind: String,
-        message: String,
-        attempts: u32,
-        class: ErrorClass,
-    },
-}
-
-/// The channel to the writer thread.
-pub(super) type OutcomeSender = std::sync::mpsc::Sender<(Request, Outcome)>;
 
 /// Sends every request of `work`, remote and local at the same time, storing responses and
 /// failures through `store` as they arrive. Returns the store (it moved to the writer

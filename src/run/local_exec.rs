@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 
-use super::execute::{Outcome, OutcomeSender};
-use super::spec::ModelSpec;
+use super::model_spec::ModelSpec;
+use super::outcome::{Outcome, OutcomeSender};
 use crate::infer::fetch::{
     DEFAULT_MODEL_FILE, Mirrors, SMOLLM2_135M, ensure_model_in, known_model, models_dir,
 };

@@ -6,6 +6,8 @@ pub mod decide;
 pub mod execute;
 pub mod likelihood;
 pub mod local_exec;
+pub mod model_spec;
+mod outcome;
 pub mod plan;
 pub mod session;
 pub mod shard;

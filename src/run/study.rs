@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::spec::ModelSpec;
+use super::model_spec::ModelSpec;
 use crate::request::BackendKind;
 use crate::train::{ContaminationSettings, RowSelection, TextForm, WindowLayout};
 

@@ -1,0 +1,376 @@
+//! The house keeps its shape (as rust-analyzer's `tidy.rs`): no two files of `src/` import
+//! each other, directly or through others, and no binary, model, cache or wheel is
+//! committed. Runs with `cargo test`; reads the tree, runs nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Every `.rs` file under `src/`, keyed by its module path (`run::spec` for
+/// `src/run/spec.rs`, `run` for `src/run/mod.rs`, the empty path for `lib.rs`).
+fn modules() -> BTreeMap<Vec<String>, PathBuf> {
+    fn walk(dir: &Path, prefix: &[String], out: &mut BTreeMap<Vec<String>, PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                let mut inner = prefix.to_vec();
+                inner.push(path.file_name().unwrap().to_string_lossy().to_string());
+                walk(&path, &inner, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let mut module = prefix.to_vec();
+                if name != "mod" && !(prefix.is_empty() && (name == "lib" || name == "main")) {
+                    module.push(name.clone());
+                }
+                if prefix.is_empty() && name == "main" {
+                    continue; // the binary: it imports the library, nothing imports it
+                }
+                out.insert(module, path);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(&Path::new(REPO).join("src"), &[], &mut out);
+    out
+}
+
+/// A file's code without comments and without its trailing `#[cfg(test)]` module (a unit
+/// test's `use super::*` is the file importing itself).
+fn code_of(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => &text[..],
+    };
+    text.lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module paths a file names: `crate::a::b…` and `super::…` (resolved from the file's
+/// own module), including the names inside `use x::{a, b::c}` groups.
+fn named_paths(module: &[String], is_mod_file: bool, code: &str) -> Vec<Vec<String>> {
+    // `super` of `a::b` (file a/b.rs) is `a`; of a `mod.rs` file `a` it is the parent.
+    let parent: Vec<String> = if is_mod_file || !module.is_empty() {
+        module[..module.len().saturating_sub(1)].to_vec()
+    } else {
+        Vec::new()
+    };
+    let mut paths = Vec::new();
+    let bytes: Vec<char> = code.chars().collect();
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts = |word: &str| {
+            bytes[i..].iter().take(word.len()).copied().eq(word.chars())
+                && (i == 0 || !is_ident(bytes[i - 1]))
+        };
+        let base = if starts("crate::") {
+            i += "crate::".len();
+            Vec::new()
+        } else if starts("super::") {
+            i += "super::".len();
+            parent.clone()
+        } else {
+            i += 1;
+            continue;
+        };
+        // Read `a::b::{c, d::e}` as the paths it names (one level of braces is enough
+        // to reach the file a name lives in).
+        let mut path = base;
+        loop {
+            if bytes.get(i) == Some(&'{') {
+                let close = bytes[i..].iter().position(|&c| c == '}').unwrap_or(0) + i;
+                let group: String = bytes[i + 1..close].iter().collect();
+                for item in group.split(',') {
+                    let mut inner = path.clone();
+                    inner.extend(
+                        item.trim()
+                            .split("::")
+                            .map(|s| s.trim().to_string())
+                            .filter(|s| !s.is_empty() && s != "self" && s != "*"),
+                    );
+                    paths.push(inner);
+                }
+                i = close + 1;
+                break;
+            }
+            let start = i;
+            while i < bytes.len() && is_ident(bytes[i]) {
+                i += 1;
+            }
+            if i > start {
+                let segment: String = bytes[start..i].iter().collect();
+                if segment == "super" {
+                    path.pop();
+                } else {
+                    path.push(segment);
+                }
+            }
+            if bytes[i..].starts_with(&[':', ':']) {
+                i += 2;
+                continue;
+            }
+            paths.push(path);
+            break;
+        }
+    }
+    paths
+}
+
+/// The file a path names: the longest prefix of it that is a module with a file.
+fn file_of<'a>(
+    path: &[String],
+    modules: &'a BTreeMap<Vec<String>, PathBuf>,
+) -> Option<&'a Vec<String>> {
+    (0..=path.len())
+        .rev()
+        .find_map(|n| modules.get_key_value(&path[..n]).map(|(k, _)| k))
+}
+
+/// Import edges between files, leaving out those between a module file and its own
+/// descendants (`mod.rs` declaring and re-exporting its children is the module tree, not
+/// a circle).
+fn import_graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let modules = modules();
+    let mut graph: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (module, file) in &modules {
+        let is_mod_file = file
+            .file_name()
+            .is_some_and(|n| n == "mod.rs" || n == "lib.rs");
+        for path in named_paths(module, is_mod_file, &code_of(file)) {
+            let Some(target) = file_of(&path, &modules) else {
+                continue;
+            };
+            let related = target.starts_with(module) || module.starts_with(target);
+            if !related {
+                graph
+                    .entry(module.clone())
+                    .or_default()
+                    .insert(target.clone());
+            }
+        }
+    }
+    graph
+}
+
+/// Groups of two or more files that reach each other (Tarjan's strongly connected
+/// components), each with the edges inside it.
+fn circles(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Vec<String>>> {
+    let nodes: Vec<&Vec<String>> = graph
+        .keys()
+        .chain(graph.values().flatten())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let index_of: BTreeMap<&Vec<String>, usize> =
+        nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    let edges: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|n| {
+            graph
+                .get(*n)
+                .map(|targets| targets.iter().map(|t| index_of[t]).collect())
+                .unwrap_or_default()
+        })
+        .collect();
+    struct Tarjan<'a> {
+        edges: &'a [Vec<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        found: Vec<Vec<usize>>,
+    }
+    impl Tarjan<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack[v] = true;
+            for &w in &self.edges[v] {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(index) if self.on_stack[w] => self.low[v] = self.low[v].min(index),
+                    Some(_) => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut tarjan = Tarjan {
+        edges: &edges,
+        index: vec![None; nodes.len()],
+        low: vec![0; nodes.len()],
+        on_stack: vec![false; nodes.len()],
+        stack: Vec::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    for v in 0..nodes.len() {
+        if tarjan.index[v].is_none() {
+            tarjan.visit(v);
+        }
+    }
+    tarjan
+        .found
+        .into_iter()
+        .map(|c| c.into_iter().map(|i| nodes[i].clone()).collect())
+        .collect()
+}
+
+#[test]
+fn no_two_files_of_src_import_each_other() {
+    let graph = import_graph();
+    // The reader sees real imports: the executor reads the cache through the store.
+    let execute = ["run".to_string(), "execute".to_string()].to_vec();
+    assert!(
+        graph
+            .get(&execute)
+            .is_some_and(|targets| targets.contains(&vec!["store".to_string()])),
+        "the import reader lost `run::execute -> store`: {:?}",
+        graph.get(&execute)
+    );
+    let found = circles(&graph);
+    let described: Vec<String> = found
+        .iter()
+        .map(|circle| {
+            let names: Vec<String> = circle.iter().map(|m| m.join("::")).collect();
+            let ties: Vec<String> = circle
+                .iter()
+                .flat_map(|from| {
+                    graph[from]
+                        .iter()
+                        .filter(|to| circle.contains(to))
+                        .map(move |to| format!("{} -> {}", from.join("::"), to.join("::")))
+                })
+                .collect();
+            format!("{} ({})", names.join(", "), ties.join("; "))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "import circles between files of src/ (move the shared type down into a file both can import):\n{}",
+        described.join("\n")
+    );
+}
+
+/// The circle finder itself: a planted two-file circle and a three-file one are found,
+/// a chain is not.
+#[test]
+fn the_circle_finder_finds_planted_circles() {
+    let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<_>>();
+    let graph: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = [
+        (m("a::x"), [m("a::y")].into()),
+        (m("a::y"), [m("a::x"), m("b")].into()),
+        (m("b"), [m("c")].into()),
+        (m("c"), [m("d")].into()),
+        (m("d"), [m("b")].into()),
+        (m("e"), [m("b")].into()),
+    ]
+    .into();
+    let mut found: Vec<BTreeSet<Vec<String>>> = circles(&graph)
+        .into_iter()
+        .map(|c| c.into_iter().collect())
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        vec![
+            [m("a::x"), m("a::y")].into(),
+            [m("b"), m("c"), m("d")].into()
+        ]
+    );
+    // `use super::{view::Analysis, Result}` from a::explorer names a::view and a.
+    let named = named_paths(
+        &m("a::explorer"),
+        false,
+        "use super::{view::Analysis, Result};\nlet x = crate::store::Store::open();",
+    );
+    assert!(named.contains(&m("a::view::Analysis")), "{named:?}");
+    assert!(named.contains(&m("a::Result")), "{named:?}");
+    assert!(named.contains(&m("store::Store::open")), "{named:?}");
+}
+
+/// Extensions of files that never belong in the tree.
+const FOREIGN: [&str; 10] = [
+    ".whl",
+    ".gguf",
+    ".safetensors",
+    ".bin",
+    ".so",
+    ".sqlite",
+    ".duckdb",
+    ".zip",
+    ".tar.gz",
+    ".pt",
+];
+/// The largest file the tree may hold (the biggest shipped dataset is 3.8 MB).
+const MAX_FILE_BYTES: u64 = 5 << 20;
+
+#[test]
+fn no_binaries_models_caches_or_wheels_are_committed() {
+    let output = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(REPO)
+        .output()
+        .expect("git runs");
+    if !output.status.success() {
+        // A source tarball without .git: nothing is committed there to check.
+        eprintln!("notice: not a git checkout; the committed-files check has nothing to read");
+        return;
+    }
+    let mut offenders = Vec::new();
+    for name in output.stdout.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name = String::from_utf8_lossy(name).to_string();
+        let path = Path::new(REPO).join(&name);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue; // deleted in the work tree, not yet committed
+        };
+        if FOREIGN.iter().any(|ext| name.ends_with(ext)) {
+            offenders.push(format!(
+                "{name}: a {} file",
+                name.rsplit('.').next().unwrap()
+            ));
+        } else if meta.len() > MAX_FILE_BYTES {
+            offenders.push(format!("{name}: {} bytes", meta.len()));
+        } else {
+            let head: Vec<u8> = std::fs::read(&path)
+                .unwrap()
+                .into_iter()
+                .take(8192)
+                .collect();
+            if head.contains(&0) {
+                offenders.push(format!("{name}: binary content"));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "files that do not belong in the tree (install them from a script, ignore them in .gitignore):\n{}",
+        offenders.join("\n")
+    );
+}
