@@ -395,8 +395,7 @@ pub fn calibrate(
     type TrialId = (String, String, u64, u32);
     let mut answers: BTreeMap<TrialId, (usize, u64, u64)> = BTreeMap::new();
     for t in trials.iter().filter(|t| {
-        t.test == TestId::Membership
-            && t.serialization.as_deref().is_none_or(|s| s == primary)
+        t.test == TestId::Membership && t.serialization.as_deref().is_none_or(|s| s == primary)
     }) {
         let Some(e) = exposure.get(t.model.as_str()) else {
             continue;
@@ -419,8 +418,10 @@ pub fn calibrate(
         entry.1 += u64::from(t.verdict.passed);
         entry.2 += 1;
     }
-    // Per (model, dataset), per slot: (correct answers, answers, trials).
-    let mut rows: BTreeMap<(String, String), [(u64, u64, u64); 2]> = BTreeMap::new();
+    /// (correct sample answers, sample answers, distinct trials) of one slot.
+    type Pooled = (u64, u64, u64);
+    // Per (model, dataset): the seen slot, then the held-out one.
+    let mut rows: BTreeMap<(String, String), [Pooled; 2]> = BTreeMap::new();
     for ((model, dataset, _, _), (slot, correct, total)) in answers {
         let entry = rows.entry((model, dataset)).or_default();
         entry[slot].0 += correct;
@@ -566,10 +567,7 @@ mod tests {
     #[test]
     fn membership_rows_count_each_trial_once_and_flips_match_seeds() {
         let models = vec![
-            model(
-                "base",
-                serde_json::json!({"trained_on": [], "dose": 0.0}),
-            ),
+            model("base", serde_json::json!({"trained_on": [], "dose": 0.0})),
             model(
                 "ckpt",
                 serde_json::json!({"trained_on": ["toy"], "dose": 1.0, "base": "base",

@@ -1263,8 +1263,14 @@ mod tests {
         assert_eq!(mean.mean, 0.75);
         assert!((mean.pooled - 60.0 / 110.0).abs() < 1e-15);
         let interval = mean.interval.unwrap();
-        assert!((interval.low - 0.452_440_581_880_045_5).abs() < 1e-9, "{interval:?}");
-        assert!((interval.high - 0.635_400_878_547_394_1).abs() < 1e-9, "{interval:?}");
+        assert!(
+            (interval.low - 0.452_440_581_880_045_5).abs() < 1e-9,
+            "{interval:?}"
+        );
+        assert!(
+            (interval.high - 0.635_400_878_547_394_1).abs() < 1e-9,
+            "{interval:?}"
+        );
         assert!(interval.low <= mean.pooled && mean.pooled <= interval.high);
     }
 }

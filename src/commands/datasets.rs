@@ -88,8 +88,7 @@ fn chance(
 ) -> anyhow::Result<()> {
     use crate::dataset::Serialization;
     use crate::probe::chance::{
-        GuessRates, STRICT_CHANCE_THRESHOLD, at_least, chance_level, guess_rates,
-        own_column_rates,
+        GuessRates, STRICT_CHANCE_THRESHOLD, at_least, chance_level, guess_rates, own_column_rates,
     };
     use crate::probe::{ProbeContext, PromptPack, TestId, Variant};
 
@@ -132,7 +131,11 @@ fn chance(
                 ),
                 _ => (Vec::new(), Vec::new(), Vec::new()),
             };
-            let need = if test == TestId::IncompleteCompletion { 3 } else { 1 };
+            let need = if test == TestId::IncompleteCompletion {
+                3
+            } else {
+                1
+            };
             let own = own_column_rates(&dataset.table, &probe.prompts);
             let own_column_chance = (!own.is_empty()).then(|| at_least(&own, need));
             let counts = |c: Option<f64>| c.map(|c| c < STRICT_CHANCE_THRESHOLD);

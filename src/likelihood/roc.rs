@@ -275,7 +275,10 @@ mod tests {
         let p = permutation_p_value(&pos, &neg, PERMUTATIONS, 42).unwrap();
         let se = (exact * (1.0 - exact) / PERMUTATIONS as f64).sqrt();
         assert!((p - exact).abs() < 4.0 * se, "{p} vs {exact}");
-        assert_eq!(p, permutation_p_value(&pos, &neg, PERMUTATIONS, 42).unwrap());
+        assert_eq!(
+            p,
+            permutation_p_value(&pos, &neg, PERMUTATIONS, 42).unwrap()
+        );
         let stats = bootstrap_stats(&pos, &neg, BOOTSTRAP_RESAMPLES, 42).unwrap();
         assert_eq!(stats.p_value, p);
         // The +1 correction: never 0, at least 1 / (1 + permutations).

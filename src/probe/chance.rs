@@ -382,10 +382,11 @@ pub fn chance_level(
 
 /// The per-trial rate the guesser would have if Alg2 accepted a value only in its own
 /// column: the product over the asked features of the share of rows holding that value
-/// (numbers compared numerically). A lower bound of the real rate ([`guess_rates`]); shown
-/// beside it to tell how much the "anywhere in the line" rule adds. Reports before issue 21
-/// used it as the chance level, which made cells with shared values (yes/no, 0/1 columns)
-/// look like evidence.
+/// (numbers compared numerically). Shown beside the real rate ([`guess_rates`]) to tell how
+/// much the "anywhere in the line" rule adds. Not a bound: Alg2 spells an expected float in
+/// its shortest form, so a guessed file spelling such as `3.50` is not accepted where this
+/// product counts it. Reports before issue 21 used it as the chance level, which made cells
+/// with shared values (yes/no, 0/1 columns) look like evidence.
 pub fn own_column_rates(table: &Table, prompts: &[Prompt]) -> Vec<f64> {
     let n = table.n_rows();
     let mut counts: HashMap<usize, HashMap<ValueKey, usize>> = HashMap::new();
@@ -688,9 +689,16 @@ mod tests {
             ..p7.clone()
         };
         let g8 = per_trial(&guess_rates(TestId::FullCompletion, &t, &s, &[p8]))[0];
-        let simulated8 = simulate(&t, &[0, 1, 2, 3], &row5, Alg2Scope::FirstRowLike, "", draws, 11);
-        let se8 = (simulated8 * (1.0 - simulated8) / draws as f64).sqrt()
-            + g8.standard_error;
+        let simulated8 = simulate(
+            &t,
+            &[0, 1, 2, 3],
+            &row5,
+            Alg2Scope::FirstRowLike,
+            "",
+            draws,
+            11,
+        );
+        let se8 = (simulated8 * (1.0 - simulated8) / draws as f64).sqrt() + g8.standard_error;
         assert!(
             (g8.rate - simulated8).abs() < 4.0 * se8.max(1e-4),
             "{g8:?} vs simulated {simulated8}"
@@ -703,7 +711,12 @@ mod tests {
     fn large_tables_are_estimated_by_seeded_monte_carlo_with_its_error() {
         let mut csv = String::from("id,u,v,w\n");
         for i in 0..100 {
-            csv.push_str(&format!("{i},{},{},{}\n", i % 7, (i * 3) % 11, (i * 5) % 13));
+            csv.push_str(&format!(
+                "{i},{},{},{}\n",
+                i % 7,
+                (i * 3) % 11,
+                (i * 5) % 13
+            ));
         }
         let t = table(&csv);
         let s = Serialization::builtin("the-is").unwrap();
