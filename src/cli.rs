@@ -321,6 +321,28 @@ pub enum DatasetsCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
+    /// Chance levels of the value-guessing tests (7, 8, 9): the probability that a guesser
+    /// who knows each column's value frequencies but no row passes the cell as Alg2 judges
+    /// it (a value counts anywhere in the judged line), exact or by seeded Monte Carlo with
+    /// its standard error; beside it the own-column product (what Alg2 would give if each
+    /// value had to be in its own column) and whether `--scoring strict` lets a pass count.
+    #[command(after_help = examples::DATASETS_CHANCE)]
+    Chance {
+        /// Dataset ids, aliases or `synthetic:<seed>[:<rows>]`; every known dataset whose
+        /// file is present when none is given.
+        names: Vec<String>,
+        #[command(flatten)]
+        data: DataDirArgs,
+        /// Serialization template: a built-in id or a TOML file.
+        #[arg(long, default_value = "the-is")]
+        serialization: String,
+        /// The experiment seed the prompts are drawn with (the spec's `seed`).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Download a dataset from its descriptor's URL, verify its checksum and store it in the
     /// user data directory (or in --data-dir when given).
     #[command(after_help = examples::DATASETS_FETCH)]
@@ -516,6 +538,12 @@ Examples:
 Examples:
   tabcontam datasets import datasets/iris.csv --name my-iris --target species
   tabcontam datasets import datasets/wine.csv --name my-wine --target target --force";
+
+    pub const DATASETS_CHANCE: &str = "\
+Examples:
+  tabcontam datasets chance
+  tabcontam datasets chance iris synthetic:101:60 --serialization equals
+  tabcontam datasets chance --data-dir /data/paper --json";
 
     pub const DATASETS_SYNTH: &str = "\
 Examples:

@@ -121,7 +121,9 @@ fn chance_of_feature_completion_on_iris_is_the_guessers_any_of_five() {
         none *= 1.0 - share(&csv, column, value);
     }
     let by_hand = 1.0 - none;
-    let rates = probe::chance::guess_rates(TestId::FeatureCompletion, &dataset.table, &prompts);
+    let the_is = Serialization::builtin("the-is").unwrap();
+    let rates =
+        probe::chance::guess_rates(TestId::FeatureCompletion, &dataset.table, &the_is, &prompts);
     let chance = probe::chance::chance_level(TestId::FeatureCompletion, &rates, &[], 1);
     let level = chance.level.unwrap();
     assert!((level - by_hand).abs() < 1e-12, "{level} vs {by_hand}");
@@ -144,7 +146,8 @@ fn prompts_of(
     test: TestId,
     dataset: &tabcontam::dataset::Dataset,
 ) -> probe::chance::GuessRates {
-    probe::chance::guess_rates(test, &dataset.table, &prompts(name, test))
+    let the_is = Serialization::builtin("the-is").unwrap();
+    probe::chance::guess_rates(test, &dataset.table, &the_is, &prompts(name, test))
 }
 
 fn binomial_tail_by_hand(n: u64, k: u64, p: f64) -> f64 {

@@ -271,10 +271,13 @@ fn analytics_on_known_data() {
     assert!((membership.mean - 0.7).abs() < 1e-12);
     assert!((membership.invalid_rate - 0.1).abs() < 1e-12);
     let p = membership.p_value.unwrap();
+    // One-sided, as every "above chance" p (issue 21): scipy.stats.binomtest(42, 60, 0.5,
+    // alternative='greater').pvalue = 0.001335218141403533 (two-sided: 0.00267).
     assert!(
-        p > 0.0015 && p < 0.0027,
-        "binomtest(42, 60) ≈ 0.0021, got {p}"
+        (p - 0.001_335_218_141_403_533).abs() < 1e-12,
+        "binomtest(42, 60, alternative='greater') = 0.0013352, got {p}"
     );
+    assert!((membership.pooled - 0.7).abs() < 1e-12);
     let interval = membership.interval.unwrap();
     assert!(interval.low < 0.7 && interval.high > 0.7);
     assert_eq!(evil.zero_shot.as_ref().unwrap().mean, 0.6);

@@ -10,11 +10,11 @@
 //! declared exposure take part; a cell is a positive when its dataset is one the model was
 //! trained on, a negative otherwise (a base model's cells are all negatives).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::stats::{Interval, wilson};
+use super::stats::{Interval, wilson, wilson_of_share};
 use crate::dataset::synth::is_synthetic;
 use crate::exposure::Exposure;
 use crate::probe::{MEMBERSHIP_ROW_NOTE, TestId};
@@ -36,6 +36,23 @@ impl Rate {
             total,
             rate: (total > 0).then(|| hits as f64 / total as f64),
             interval: wilson(hits, total),
+        }
+    }
+
+    /// A share pooled over the samples of `trials` distinct trials (`correct` of `answers`
+    /// sample answers): the rate is the pooled share (what the verdict's accuracy is), its
+    /// interval counts each trial once, since samples of one prompt are not independent
+    /// evidence. `hits`/`total` are the trials, the pooled share rounded to whole trials.
+    fn pooled(correct: u64, answers: u64, trials: u64) -> Rate {
+        if answers == 0 || trials == 0 {
+            return Rate::new(0, 0);
+        }
+        let share = correct as f64 / answers as f64;
+        Rate {
+            hits: (share * trials as f64).round() as u64,
+            total: trials,
+            rate: Some(share),
+            interval: wilson_of_share(share, trials),
         }
     }
 }
@@ -292,12 +309,14 @@ pub fn calibrate(
     }
 
     // Flips against the base model named by each checkpoint.
-    let verdicts: HashMap<(&str, &str, TestId), bool> = cells
+    // Keyed with the seed: cells of other seeds hold other prompts, so a checkpoint's cell is
+    // compared with the base model's cell of the same seed (never an arbitrary one).
+    let verdicts: HashMap<(&str, &str, TestId, u64), bool> = cells
         .iter()
         .filter(|c| TestId::CONTAMINATION.contains(&c.test) && c.skipped.is_none())
         .map(|c| {
             (
-                (c.model.as_str(), c.dataset.as_str(), c.test),
+                (c.model.as_str(), c.dataset.as_str(), c.test, c.seed),
                 c.result.passed,
             )
         })
@@ -314,11 +333,11 @@ pub fn calibrate(
                 lost: 0,
                 gained_on_trained: 0,
             };
-            for ((model, dataset, test), &passed) in &verdicts {
+            for ((model, dataset, test, seed), &passed) in &verdicts {
                 if *model != m.model {
                     continue;
                 }
-                let Some(&before) = verdicts.get(&(base, *dataset, *test)) else {
+                let Some(&before) = verdicts.get(&(base, *dataset, *test, *seed)) else {
                     continue;
                 };
                 flip.compared += 1;
@@ -336,7 +355,9 @@ pub fn calibrate(
         .collect();
 
     // Accuracy of tests 10–12 per dose (the base models are dose 0), trained vs not.
-    let mut accuracy_counts: BTreeMap<(u8, u64, bool), (u64, u64)> = BTreeMap::new();
+    // (correct sample answers, sample answers, distinct trials): each trial counted once,
+    // its samples pooled as the verdict's accuracy pools them.
+    let mut accuracy_counts: BTreeMap<(u8, u64, bool), (u64, u64, u64)> = BTreeMap::new();
     for c in cells.iter().filter(|c| {
         matches!(
             c.test,
@@ -349,15 +370,18 @@ pub fn calibrate(
             .or_default();
         entry.0 += c.result.passed_trials as u64;
         entry.1 += c.result.trials as u64;
+        entry.2 += (c.result.trials / c.samples.len().max(1)) as u64;
     }
     let mut accuracy: Vec<AccuracyDose> = accuracy_counts
         .into_iter()
-        .map(|((number, dose, trained), (correct, total))| AccuracyDose {
-            test: TestId::ALL[number as usize - 1].id().to_string(),
-            dose: f64::from_bits(dose),
-            trained,
-            accuracy: Rate::new(correct, total),
-        })
+        .map(
+            |((number, dose, trained), (correct, answers, trials))| AccuracyDose {
+                test: TestId::ALL[number as usize - 1].id().to_string(),
+                dose: f64::from_bits(dose),
+                trained,
+                accuracy: Rate::pooled(correct, answers, trials),
+            },
+        )
         .collect();
     accuracy.sort_by(|a, b| {
         (&a.test, a.dose, a.trained)
@@ -365,9 +389,14 @@ pub fn calibrate(
             .unwrap_or(std::cmp::Ordering::Equal)
     });
 
-    // Membership on rows trained on vs held-out rows.
-    let mut rows: BTreeMap<(String, String), [(u64, u64); 2]> = BTreeMap::new();
-    for t in trials.iter().filter(|t| t.test == TestId::Membership) {
+    // Membership on rows trained on vs held-out rows: the study's serialization only (the
+    // same row under another template is the same question again), each trial (seed, trial)
+    // counted once with its samples pooled as the verdict's accuracy pools them.
+    type TrialId = (String, String, u64, u32);
+    let mut answers: BTreeMap<TrialId, (usize, u64, u64)> = BTreeMap::new();
+    for t in trials.iter().filter(|t| {
+        t.test == TestId::Membership && t.serialization.as_deref().is_none_or(|s| s == primary)
+    }) {
         let Some(e) = exposure.get(t.model.as_str()) else {
             continue;
         };
@@ -382,13 +411,22 @@ pub fn calibrate(
         else {
             continue;
         };
-        let seen: HashSet<usize> = trained_rows.iter().copied().collect();
-        let slot = usize::from(!seen.contains(&row));
-        let entry = rows
-            .entry((t.model.clone(), t.dataset.clone()))
-            .or_default();
-        entry[slot].0 += u64::from(t.verdict.passed);
-        entry[slot].1 += 1;
+        let slot = usize::from(!trained_rows.contains(&row));
+        let entry = answers
+            .entry((t.model.clone(), t.dataset.clone(), t.seed, t.trial))
+            .or_insert((slot, 0, 0));
+        entry.1 += u64::from(t.verdict.passed);
+        entry.2 += 1;
+    }
+    /// (correct sample answers, sample answers, distinct trials) of one slot.
+    type Pooled = (u64, u64, u64);
+    // Per (model, dataset): the seen slot, then the held-out one.
+    let mut rows: BTreeMap<(String, String), [Pooled; 2]> = BTreeMap::new();
+    for ((model, dataset, _, _), (slot, correct, total)) in answers {
+        let entry = rows.entry((model, dataset)).or_default();
+        entry[slot].0 += correct;
+        entry[slot].1 += total;
+        entry[slot].2 += 1;
     }
     let membership_rows = rows
         .into_iter()
@@ -396,8 +434,8 @@ pub fn calibrate(
             dose: exposure[model.as_str()].dose,
             model,
             dataset,
-            seen: Rate::new(seen.0, seen.1),
-            held_out: Rate::new(held_out.0, held_out.1),
+            seen: Rate::pooled(seen.0, seen.1, seen.2),
+            held_out: Rate::pooled(held_out.0, held_out.1, held_out.2),
         })
         .collect();
 
@@ -453,4 +491,126 @@ fn sentence(test: TestId, sensitivity: &[DoseRate], fp: &Rate, synthetic: &Rate)
         fp.hits,
         fp.total
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::{CellResult, Expected, TrialVerdict};
+    use crate::request::RequestKey;
+
+    fn model(id: &str, exposure: serde_json::Value) -> ModelRow {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "label": id, "family": null, "backend": "local", "model": id,
+            "revision": id, "release_date": null, "training_cutoff": null,
+            "exposure": exposure, "updated_at": null,
+        }))
+        .unwrap()
+    }
+
+    fn trial(serialization: &str, seed: u64, sample: u32, row: u32, passed: bool) -> TrialRow {
+        TrialRow {
+            model: "ckpt".into(),
+            dataset: "toy".into(),
+            test: TestId::Membership,
+            serialization: Some(serialization.into()),
+            seed,
+            sample,
+            trial: row,
+            request_key: RequestKey([0; 32]),
+            note: Some(format!("{MEMBERSHIP_ROW_NOTE}{row}")),
+            expected: Expected::Choice {
+                choices: vec!["Yes".into(), "No".into()],
+                correct: 0,
+            },
+            verdict: TrialVerdict {
+                passed,
+                invalid: false,
+            },
+            echo: false,
+            run_id: None,
+        }
+    }
+
+    fn cell(model: &str, seed: u64, passed: bool) -> CellRow {
+        CellRow {
+            source: OWN_SOURCE.into(),
+            model: model.into(),
+            dataset: "toy".into(),
+            test: TestId::FeatureCompletion,
+            serialization: Some("the-is".into()),
+            seed,
+            result: CellResult {
+                passed,
+                score: f64::from(u8::from(passed)),
+                trials: 5,
+                passed_trials: usize::from(passed),
+                invalid_trials: 0,
+                trial_chance: None,
+            },
+            samples: Vec::new(),
+            skipped: None,
+            echo_trials: None,
+            chance: None,
+            run_id: None,
+        }
+    }
+
+    /// Issue 21: 10 membership trials (rows 0–9, rows 0–4 trained on) asked under two
+    /// templates with two samples each. The study's template counts each trial once: 5 seen
+    /// and 5 held out (the old code counted 4 × 5 = 20 each, narrowing the intervals by
+    /// half). Samples are pooled per trial: on the seen rows sample 0 is right 4 times and
+    /// sample 1 twice, 6 of 10 answers, rate 0.6 from 5 trials; Wilson 95 % of 0.6 over
+    /// n = 5 (scripts/reference_stats.py formula with z = norm.ppf(0.975)):
+    /// (0.23072..., 0.88238...) — by hand: centre (0.6 + 1.9208/5)/(1 + 3.8415/5).
+    /// Flips are keyed with the seed: the checkpoint gains the cell of seed 1 only.
+    #[test]
+    fn membership_rows_count_each_trial_once_and_flips_match_seeds() {
+        let models = vec![
+            model("base", serde_json::json!({"trained_on": [], "dose": 0.0})),
+            model(
+                "ckpt",
+                serde_json::json!({"trained_on": ["toy"], "dose": 1.0, "base": "base",
+                    "trained_rows": {"toy": [0, 1, 2, 3, 4]}}),
+            ),
+        ];
+        let mut trials = Vec::new();
+        for serialization in ["the-is", "equals"] {
+            for sample in 0..2 {
+                for row in 0..10u32 {
+                    let passed = match (row < 5, sample) {
+                        (true, 0) => row < 4,
+                        (true, _) => row < 2,
+                        (false, _) => row % 2 == 0,
+                    };
+                    trials.push(trial(serialization, 0, sample, row, passed));
+                }
+            }
+        }
+        let cells = vec![
+            cell("base", 0, true),
+            cell("base", 1, false),
+            cell("ckpt", 0, true),
+            cell("ckpt", 1, true),
+        ];
+        let study = calibrate(&models, &cells, &trials, "the-is").unwrap();
+        let [rows] = study.membership_rows.as_slice() else {
+            panic!("{:?}", study.membership_rows)
+        };
+        assert_eq!((rows.seen.total, rows.held_out.total), (5, 5));
+        assert_eq!(rows.seen.rate, Some(0.6));
+        let interval = rows.seen.interval.unwrap();
+        let z2: f64 = 1.959_963_984_540_054f64.powi(2);
+        let centre = (0.6 + z2 / 10.0) / (1.0 + z2 / 5.0);
+        let half = (z2 * (0.24 / 5.0 + z2 / 100.0)).sqrt() / (1.0 + z2 / 5.0);
+        assert!((interval.low - (centre - half)).abs() < 1e-12);
+        assert!((interval.high - (centre + half)).abs() < 1e-12);
+        // Held out: rows 6 and 8 right in both samples: 4 of 10 answers.
+        assert_eq!(rows.held_out.rate, Some(0.4));
+
+        let [flip] = study.flips.as_slice() else {
+            panic!("{:?}", study.flips)
+        };
+        assert_eq!((flip.compared, flip.gained, flip.lost), (2, 1, 0));
+    }
 }

@@ -564,7 +564,7 @@ impl Analytics {
                     },
                     dataset: r.get("dataset")?,
                     p_value: (test == TestId::Membership.id())
-                        .then(|| stats::binomial_p_value_half(correct, trials))
+                        .then(|| crate::significance::binomial_upper_tail(correct, trials, 0.5))
                         .flatten(),
                     test,
                     trials,
@@ -1140,6 +1140,11 @@ fn mean_accuracy(cells: &[&AccuracyCell], test: TestId) -> MeanAccuracy {
     MeanAccuracy {
         mean,
         datasets,
+        pooled: if trials == 0 {
+            0.0
+        } else {
+            correct as f64 / trials as f64
+        },
         trials,
         correct,
         invalid,
@@ -1150,7 +1155,7 @@ fn mean_accuracy(cells: &[&AccuracyCell], test: TestId) -> MeanAccuracy {
         },
         interval: stats::wilson(correct, trials),
         p_value: if test == TestId::Membership {
-            stats::binomial_p_value_half(correct, trials)
+            crate::significance::binomial_upper_tail(correct, trials, 0.5)
         } else {
             None
         },
@@ -1213,5 +1218,59 @@ fn test_info(test: TestId) -> TestInfo {
         number: test.number(),
         kind: test.kind(),
         name: name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accuracy_cell(dataset: &str, correct: u64, trials: u64) -> AccuracyCell {
+        AccuracyCell {
+            key: SeriesKey {
+                source: OWN_SOURCE.into(),
+                model: "m".into(),
+            },
+            dataset: dataset.into(),
+            test: TestId::Membership.id().into(),
+            samples: 1,
+            trials,
+            correct,
+            invalid: 0,
+            accuracy: correct as f64 / trials as f64,
+            invalid_rate: 0.0,
+            interval: stats::wilson(correct, trials),
+            p_value: crate::significance::binomial_upper_tail(correct, trials, 0.5),
+        }
+    }
+
+    /// Issue 21: "is membership accuracy above chance" is one-sided in every table. 30/100
+    /// is below chance: scipy.stats.binomtest(30, 100, 0.5, alternative='greater').pvalue =
+    /// 0.9999839199923521 (the old two-sided test gave 7.85e-05, "highly significant").
+    /// The mean over datasets sits beside a pooled interval, so the pooled share is shown
+    /// too: 10/10 and 50/100 have mean 0.75 but pooled 60/110 = 0.5454..., inside its
+    /// Wilson interval (0.45244..., 0.63540...) (scripts/reference_stats.py).
+    #[test]
+    fn membership_p_is_one_sided_and_the_pooled_share_matches_its_interval() {
+        let below = accuracy_cell("a", 30, 100);
+        let mean = mean_accuracy(&[&below], TestId::Membership);
+        let p = mean.p_value.unwrap();
+        assert!((p - 0.999_983_919_992_352_1).abs() < 1e-12, "{p}");
+        assert!((below.p_value.unwrap() - p).abs() < 1e-15);
+
+        let (small, large) = (accuracy_cell("a", 10, 10), accuracy_cell("b", 50, 100));
+        let mean = mean_accuracy(&[&small, &large], TestId::Membership);
+        assert_eq!(mean.mean, 0.75);
+        assert!((mean.pooled - 60.0 / 110.0).abs() < 1e-15);
+        let interval = mean.interval.unwrap();
+        assert!(
+            (interval.low - 0.452_440_581_880_045_5).abs() < 1e-9,
+            "{interval:?}"
+        );
+        assert!(
+            (interval.high - 0.635_400_878_547_394_1).abs() < 1e-9,
+            "{interval:?}"
+        );
+        assert!(interval.low <= mean.pooled && mean.pooled <= interval.high);
     }
 }

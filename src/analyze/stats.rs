@@ -1,5 +1,6 @@
-//! Small statistics for the report: Wilson intervals, the exact binomial test against
-//! chance, Pearson and Spearman correlation. Pure functions of integers and floats.
+//! Small statistics for the report: Wilson intervals, Pearson and Spearman correlation.
+//! Pure functions of integers and floats. (Every "above chance" test is the one-sided
+//! [`crate::significance::binomial_upper_tail`].)
 
 use serde::Serialize;
 
@@ -20,8 +21,17 @@ pub fn wilson(k: u64, n: u64) -> Option<Interval> {
     if n == 0 {
         return None;
     }
+    wilson_of_share(k as f64 / n as f64, n)
+}
+
+/// The Wilson score interval (95 %) of a share `p` observed on `n` independent trials: for a
+/// share pooled over repeated samples of the same trials, whose information is that of
+/// `n` trials, not of every sample's answer.
+pub fn wilson_of_share(p: f64, n: u64) -> Option<Interval> {
+    if n == 0 || !(0.0..=1.0).contains(&p) {
+        return None;
+    }
     let n = n as f64;
-    let p = k as f64 / n;
     let z2 = Z_95 * Z_95;
     let denominator = 1.0 + z2 / n;
     let centre = (p + z2 / (2.0 * n)) / denominator;
@@ -29,7 +39,7 @@ pub fn wilson(k: u64, n: u64) -> Option<Interval> {
     // At 0 and n successes the bound is exactly 0 (resp. 1); the subtraction leaves
     // rounding noise (3.5e-18 at 0/100) that would put the interval beside its own estimate.
     Some(Interval {
-        low: if k == 0 {
+        low: if p == 0.0 {
             0.0
         } else {
             (centre - half).max(0.0)
@@ -40,28 +50,6 @@ pub fn wilson(k: u64, n: u64) -> Option<Interval> {
             (centre + half).min(1.0)
         },
     })
-}
-
-/// The exact two-sided binomial test of `k` successes in `n` trials against p = 0.5
-/// (chance for the membership test's balanced Yes/No): the probability, under chance, of
-/// an outcome at least as far from n/2 as `k`. With p = 0.5 the distribution is symmetric,
-/// so this is 2·P(X ≤ min(k, n−k)), capped at 1. Summed in log space, exact for any n.
-pub fn binomial_p_value_half(k: u64, n: u64) -> Option<f64> {
-    if n == 0 || k > n {
-        return None;
-    }
-    let tail_end = k.min(n - k);
-    // ln C(n, i) − n·ln 2, built up term by term: C(n, i) = C(n, i−1)·(n−i+1)/i.
-    let mut log_term = -(n as f64) * std::f64::consts::LN_2;
-    let mut log_terms = Vec::with_capacity(tail_end as usize + 1);
-    log_terms.push(log_term);
-    for i in 1..=tail_end {
-        log_term += ((n - i + 1) as f64).ln() - (i as f64).ln();
-        log_terms.push(log_term);
-    }
-    let max = log_terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let tail = max.exp() * log_terms.iter().map(|t| (t - max).exp()).sum::<f64>();
-    Some((2.0 * tail).min(1.0))
 }
 
 /// Pearson's r; `None` below 3 pairs or when either side is constant.
@@ -136,25 +124,6 @@ mod tests {
             assert_eq!(wilson(0, n).unwrap().low, 0.0);
             assert_eq!(wilson(n, n).unwrap().high, 1.0);
         }
-    }
-
-    #[test]
-    fn binomial_test_matches_scipy() {
-        // scipy.stats.binomtest(60, 100).pvalue = 0.05688793364098078
-        assert!(close(
-            binomial_p_value_half(60, 100).unwrap(),
-            0.056_887_933_640_980_78
-        ));
-        assert!(close(
-            binomial_p_value_half(40, 100).unwrap(),
-            0.056_887_933_640_980_78
-        ));
-        assert_eq!(binomial_p_value_half(50, 100), Some(1.0));
-        // binomtest(100, 100).pvalue = 2 * 0.5**100
-        let p = binomial_p_value_half(100, 100).unwrap();
-        assert!((p / (2.0 * 0.5f64.powi(100)) - 1.0).abs() < 1e-9);
-        // Large n stays finite (no underflow of 2^-n).
-        assert!(binomial_p_value_half(5_100, 10_000).unwrap() > 0.0);
     }
 
     #[test]

@@ -156,6 +156,10 @@ pub struct MeanAccuracy {
     /// evaluated; the paper's 0/1-shot means divided by 10 for 9 datasets).
     pub mean: f64,
     pub datasets: usize,
+    /// `correct / trials`: the pooled share, the estimate `interval` is built around (the
+    /// mean over datasets can fall outside it when datasets have different trial counts:
+    /// 10/10 and 50/100 have mean 0.75, pooled 0.545, interval 0.45–0.64).
+    pub pooled: f64,
     /// Pooled trials, correct and invalid answers.
     pub trials: u64,
     pub correct: u64,
@@ -164,7 +168,8 @@ pub struct MeanAccuracy {
     /// Wilson interval of the pooled trials (equal to the mean's when every dataset has
     /// the same number of trials, as in the paper: 100 each).
     pub interval: Option<Interval>,
-    /// Exact two-sided binomial test of the pooled trials against 0.5 (membership only).
+    /// Exact one-sided binomial test of the pooled trials above 0.5 (membership only):
+    /// P(X ≥ correct) under chance, as every "above chance" p of the reports.
     pub p_value: Option<f64>,
 }
 
@@ -217,8 +222,9 @@ pub struct AccuracyCell {
     pub accuracy: f64,
     pub invalid_rate: f64,
     pub interval: Option<Interval>,
-    /// Exact two-sided binomial test against 0.5 (membership only: its Yes/No classes are
-    /// balanced 50/50, so 0.5 is chance; classification classes are not).
+    /// Exact one-sided binomial test of "accuracy above 0.5", P(X ≥ correct) (membership
+    /// only: its Yes/No classes are balanced 50/50, so 0.5 is chance; classification
+    /// classes are not).
     pub p_value: Option<f64>,
 }
 

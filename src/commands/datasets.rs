@@ -1,4 +1,4 @@
-//! `tabcontam datasets list|show|import|fetch`.
+//! `tabcontam datasets list|show|import|fetch|synth|chance`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,8 +41,176 @@ pub fn run(cmd: DatasetsCommand) -> anyhow::Result<ExitCode> {
             fetch(&name, data.data_dir.as_deref(), url.as_deref())
         }
         DatasetsCommand::Synth { seed, rows, out } => synth(seed, rows, &out),
+        DatasetsCommand::Chance {
+            names,
+            data,
+            serialization,
+            seed,
+            json,
+        } => chance(&names, data.data_dir.as_deref(), &serialization, seed, json),
     }?;
     Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------
+// chance
+
+/// The chance level of one (dataset, test) cell of tests 7–9.
+#[derive(Debug, Serialize)]
+struct ChanceEntry {
+    dataset: String,
+    test: &'static str,
+    number: u8,
+    serialization: String,
+    /// Per trial: the guesser's pass probability as Alg2 judges it.
+    trial_rates: Vec<f64>,
+    /// Per trial: its Monte Carlo standard error (0 when exact).
+    trial_errors: Vec<f64>,
+    /// Per trial: guessed lines drawn (`None`: every joint guess enumerated, exact).
+    trial_draws: Vec<Option<usize>>,
+    /// The cell's chance level under its rule (any of n, at least 3 of 5).
+    chance: Option<f64>,
+    basis: String,
+    /// The same rule over the own-column products (the chance level before issue 21).
+    own_column_chance: Option<f64>,
+    /// Whether `--scoring strict` lets a pass of this cell count (chance below the threshold).
+    strict_counts_a_pass: Option<bool>,
+    own_column_strict_counts_a_pass: Option<bool>,
+    skipped: Option<String>,
+}
+
+fn chance(
+    names: &[String],
+    data_dir: Option<&Path>,
+    serialization: &str,
+    seed: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    use crate::dataset::Serialization;
+    use crate::probe::chance::{
+        GuessRates, STRICT_CHANCE_THRESHOLD, at_least, chance_level, guess_rates, own_column_rates,
+    };
+    use crate::probe::{ProbeContext, PromptPack, TestId, Variant};
+
+    let catalog = Catalog::open(data_dir)?;
+    let serialization = Serialization::resolve(serialization)?;
+    let pack = PromptPack::builtin();
+    let names: Vec<String> = if names.is_empty() {
+        catalog
+            .descriptors
+            .iter()
+            .filter(|d| catalog.locate(d).is_some())
+            .map(|d| d.id.clone())
+            .collect()
+    } else {
+        names.to_vec()
+    };
+    let mut entries = Vec::new();
+    for name in &names {
+        let dataset = catalog.load(name)?;
+        let ctx = ProbeContext {
+            dataset: &dataset,
+            serialization: &serialization,
+            seed,
+            pack: &pack,
+            variant: Variant::Paper,
+        };
+        for test in [
+            TestId::IncompleteCompletion,
+            TestId::FullCompletion,
+            TestId::FeatureCompletion,
+        ] {
+            let probe = crate::probe::build(test, &ctx)?;
+            let rates = guess_rates(test, &dataset.table, &serialization, &probe.prompts);
+            let level = chance_level(test, &rates, &[], 1);
+            let (trial_rates, trial_errors, trial_draws) = match &rates {
+                GuessRates::PerTrial(r) => (
+                    r.iter().map(|g| g.rate).collect(),
+                    r.iter().map(|g| g.standard_error).collect(),
+                    r.iter().map(|g| g.draws).collect(),
+                ),
+                _ => (Vec::new(), Vec::new(), Vec::new()),
+            };
+            let need = if test == TestId::IncompleteCompletion {
+                3
+            } else {
+                1
+            };
+            let own = own_column_rates(&dataset.table, &probe.prompts);
+            let own_column_chance = (!own.is_empty()).then(|| at_least(&own, need));
+            let counts = |c: Option<f64>| c.map(|c| c < STRICT_CHANCE_THRESHOLD);
+            entries.push(ChanceEntry {
+                dataset: dataset.id.clone(),
+                test: test.id(),
+                number: test.number(),
+                serialization: serialization.id.clone(),
+                trial_rates,
+                trial_errors,
+                trial_draws,
+                chance: level.level,
+                basis: level.basis,
+                own_column_chance,
+                strict_counts_a_pass: counts(level.level),
+                own_column_strict_counts_a_pass: counts(own_column_chance),
+                skipped: probe.skipped,
+            });
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
+        return Ok(());
+    }
+    let number = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.4}"));
+    let strict = |x: Option<bool>| match x {
+        Some(true) => "counts",
+        Some(false) => "luck",
+        None => "-",
+    };
+    let mut table = vec![
+        [
+            "DATASET",
+            "TEST",
+            "PER TRIAL",
+            "CHANCE",
+            "STRICT",
+            "OWN-COLUMN",
+            "STRICT (OWN-COLUMN)",
+            "HOW",
+        ]
+        .map(String::from),
+    ];
+    for e in &entries {
+        let how = match (&e.skipped, e.trial_draws.iter().flatten().max()) {
+            (Some(reason), _) => format!("skipped: {reason}"),
+            (None, Some(draws)) => {
+                let worst = e.trial_errors.iter().copied().fold(0.0, f64::max);
+                format!("Monte Carlo, {draws} lines per trial, standard error ≤ {worst:.4}")
+            }
+            (None, None) => "exact".to_string(),
+        };
+        table.push([
+            e.dataset.clone(),
+            format!("{} {}", e.number, e.test),
+            e.trial_rates
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            number(e.chance),
+            strict(e.strict_counts_a_pass).to_string(),
+            number(e.own_column_chance),
+            strict(e.own_column_strict_counts_a_pass).to_string(),
+            how,
+        ]);
+    }
+    write_aligned(&mut out, &table)?;
+    writeln!(
+        out,
+        "guesser: each column's value drawn from the file's frequencies (independent columns), the line judged by Alg2 (a value counts anywhere in it); strict counts a pass only when the chance level is below {STRICT_CHANCE_THRESHOLD}; serialization {}, seed {seed}",
+        serialization.id
+    )?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -99,6 +99,9 @@ impl Detector {
                     .iter()
                     .zip(mu.iter().zip(sigma))
                     // A one-hot distribution has σ = 0: its token is as expected as can be.
+                    // A position without moments (NaN: no possible token) is left out
+                    // rather than scored 0, which would pass for an ordinary token.
+                    .filter(|(_, (m, s))| m.is_finite() && s.is_finite())
                     .map(|(lp, (m, s))| if *s > 0.0 { (lp - m) / s } else { 0.0 })
                     .collect();
                 min_k_mean(&normalized, MIN_K_FRACTION)
@@ -143,13 +146,21 @@ pub fn min_k_mean(values: &[f64], fraction: f64) -> Option<f64> {
 /// `(μ, σ)` of `log p(z)` under the distribution given by `logits`: the expected
 /// log-probability and its standard deviation (Min-K%++'s normalizers), plus the
 /// log-probability of every token. Computed in f64 from f32 logits.
+///
+/// A token whose logit is −∞ (masked out by the model: impossible) has probability 0 and
+/// takes no part in μ and σ; its own log-probability stays −∞. Summing it in would compute
+/// 0 · −∞ = NaN and poison both moments.
 pub fn distribution_moments(logits: &[f32]) -> (Vec<f64>, f64, f64) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    if !max.is_finite() {
+        // No possible token (every logit −∞, or a NaN model output): no distribution.
+        return (vec![f64::NEG_INFINITY; logits.len()], f64::NAN, f64::NAN);
+    }
     let sum_exp: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
     let log_z = max + sum_exp.ln();
     let logprobs: Vec<f64> = logits.iter().map(|&l| l as f64 - log_z).collect();
     let (mut mean, mut second) = (0.0, 0.0);
-    for &lp in &logprobs {
+    for &lp in logprobs.iter().filter(|lp| lp.is_finite()) {
         let p = lp.exp();
         mean += p * lp;
         second += p * lp * lp;
@@ -225,6 +236,30 @@ mod tests {
             (0.75 * (a - expected_mu).powi(2) + 0.25 * (b - expected_mu).powi(2)).sqrt();
         assert!((mu - expected_mu).abs() < 1e-6, "{mu} vs {expected_mu}");
         assert!((sigma - expected_sigma).abs() < 1e-6);
+    }
+
+    /// Issue 21: an impossible token (logit −∞, e.g. masked by the model) used to make μ and
+    /// σ NaN (0 · −∞), and the position then scored 0. Reference (scripts/reference_stats.py,
+    /// numpy over the finite logits ln 3, 0): μ = -0.5623351446188083,
+    /// σ = 0.47571307544817304, and token 0's (log p − μ)/σ = 0.5773502691896258.
+    #[test]
+    fn min_k_plus_plus_masks_impossible_tokens() {
+        let (lps, mu, sigma) = distribution_moments(&[3f32.ln(), 0.0, f32::NEG_INFINITY]);
+        assert!((mu - -0.562_335_144_618_808_3).abs() < 1e-6, "{mu}");
+        assert!((sigma - 0.475_713_075_448_173).abs() < 1e-6, "{sigma}");
+        assert_eq!(lps[2], f64::NEG_INFINITY);
+        let mut s = scores(&[lps[0]]);
+        s.mu = Some(vec![mu]);
+        s.sigma = Some(vec![sigma]);
+        let score = Detector::MinKPlusPlus.score("x", &s).unwrap();
+        assert!((score - 0.577_350_269_189_625_8).abs() < 1e-6, "{score}");
+        // No possible token at all: no moments, and the position is left out, not scored 0.
+        let (_, mu, sigma) = distribution_moments(&[f32::NEG_INFINITY; 3]);
+        assert!(mu.is_nan() && sigma.is_nan());
+        let mut s = scores(&[-1.0, -2.0]);
+        s.mu = Some(vec![mu, -1.0]);
+        s.sigma = Some(vec![sigma, 2.0]);
+        assert_eq!(Detector::MinKPlusPlus.score("x", &s), Some(-0.5));
     }
 
     #[test]

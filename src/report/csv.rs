@@ -72,15 +72,18 @@ pub fn files(analysis: &Analysis) -> Vec<File> {
         "knowledge",
         "memorization",
         "membership",
+        "membership_pooled",
         "membership_ci_low",
         "membership_ci_high",
         "membership_p_value",
         "membership_invalid_rate",
         "zero_shot",
+        "zero_shot_pooled",
         "zero_shot_ci_low",
         "zero_shot_ci_high",
         "zero_shot_invalid_rate",
         "one_shot",
+        "one_shot_pooled",
         "one_shot_ci_low",
         "one_shot_ci_high",
         "one_shot_invalid_rate",
@@ -257,7 +260,12 @@ fn bounds(interval: Option<Interval>) -> (String, String) {
 
 fn mean_columns(mean: Option<&MeanAccuracy>, with_p_value: bool) -> Vec<String> {
     let (low, high) = bounds(mean.and_then(|m| m.interval));
-    let mut columns = vec![number(mean.map(|m| m.mean)), low, high];
+    let mut columns = vec![
+        number(mean.map(|m| m.mean)),
+        number(mean.map(|m| m.pooled)),
+        low,
+        high,
+    ];
     if with_p_value {
         columns.push(number(mean.and_then(|m| m.p_value)));
     }

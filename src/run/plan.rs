@@ -163,7 +163,8 @@ pub fn build_dataset_prompts(
                     variant: spec.variant,
                 };
                 let probe = probe::build(test, &ctx)?;
-                let guess = probe::chance::guess_rates(test, &dataset.table, &probe.prompts);
+                let guess =
+                    probe::chance::guess_rates(test, &dataset.table, serialization, &probe.prompts);
                 cells.insert(
                     (test, serialization_id),
                     BuiltCell {
