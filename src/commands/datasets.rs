@@ -185,7 +185,21 @@ fn chance(
             (Some(reason), _) => format!("skipped: {reason}"),
             (None, Some(draws)) => {
                 let worst = e.trial_errors.iter().copied().fold(0.0, f64::max);
-                format!("Monte Carlo, {draws} lines per trial, standard error ≤ {worst:.4}")
+                // A trial no guessed line passed has a standard error of 0 by the formula;
+                // what the draws show is the rule-of-three bound.
+                let unseen = e
+                    .trial_rates
+                    .iter()
+                    .zip(&e.trial_draws)
+                    .any(|(&rate, draws)| draws.is_some() && rate == 0.0);
+                if unseen {
+                    format!(
+                        "Monte Carlo, {draws} lines per trial, no line passed: rate < {:.1e} per trial (95 %)",
+                        3.0 / *draws as f64
+                    )
+                } else {
+                    format!("Monte Carlo, {draws} lines per trial, standard error ≤ {worst:.4}")
+                }
             }
             (None, None) => "exact".to_string(),
         };
