@@ -1106,3 +1106,34 @@ fn a_cell_decided_again_keeps_no_stale_trials_or_samples() {
     assert!(store.trials().unwrap().is_empty());
     assert_eq!(store.cells().unwrap()[0].samples, vec![result(0, 0)]);
 }
+
+/// Many processes opening one new cache at the same moment (CI once saw the second of two
+/// `run`s fail at once with "stayed locked" while the first switched the new file to WAL):
+/// every open succeeds, and each connection can then write. Threads with their own
+/// connections meet SQLite's file locks exactly as processes do.
+#[test]
+fn many_openers_of_one_new_cache_all_succeed() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache").join("tabcontam.sqlite");
+        let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let openers: Vec<_> = (0..8)
+            .map(|_| {
+                let path = path.clone();
+                let start = std::sync::Arc::clone(&start);
+                std::thread::spawn(move || {
+                    start.wait();
+                    Store::open(&path).map(|store| store.status().map(|s| s.responses))
+                })
+            })
+            .collect();
+        for opener in openers {
+            let opened = opener.join().unwrap();
+            assert!(
+                matches!(opened, Ok(Ok(0))),
+                "round {round}: {:?}",
+                opened.map(|_| ())
+            );
+        }
+    }
+}

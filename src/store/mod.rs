@@ -25,7 +25,7 @@ mod status;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::types::Type;
 use rusqlite::{Connection, OpenFlags, Row, Transaction, TransactionBehavior};
@@ -102,24 +102,21 @@ impl Store {
             read_only: false,
         };
         store.conn.busy_timeout(BUSY_TIMEOUT).at(&store.path)?;
-        // Before anything writes to the file (switching to WAL rewrites the header).
-        store.check_owner()?;
-        let mode: String = store
-            .conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .at(&store.path)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Sqlite {
-                path: store.path,
-                message: format!("cannot switch to WAL mode (journal mode stays `{mode}`)"),
-            });
-        }
-        store
-            .conn
-            .execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-            .at(&store.path)?;
-        store.tune()?;
-        match migrations::migrate(&mut store.conn).at(&store.path)? {
+        // Switching a new file to WAL needs its exclusive lock, and SQLite answers a
+        // connection that meets another one mid-switch with SQLITE_BUSY at once, without
+        // its busy handler (waiting could deadlock). Several processes opening one new cache
+        // at the same moment is normal (`tests/store.rs`), so the opening steps, each
+        // idempotent, are retried until the busy timeout.
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        let newer = loop {
+            match store.prepare_for_writing() {
+                Err(StoreError::Busy { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
+        match newer {
             None => Ok(store),
             Some(found) => Err(StoreError::NewerSchema {
                 path: store.path,
@@ -127,6 +124,28 @@ impl Store {
                 known: SCHEMA_VERSION,
             }),
         }
+    }
+
+    /// The steps after opening a writable connection: owner check, WAL, pragmas, pending
+    /// migrations. `Some(version)` when the file's schema is newer than this binary's.
+    fn prepare_for_writing(&mut self) -> Result<Option<i64>> {
+        // Before anything writes to the file (switching to WAL rewrites the header).
+        self.check_owner()?;
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .at(&self.path)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Sqlite {
+                path: self.path.clone(),
+                message: format!("cannot switch to WAL mode (journal mode stays `{mode}`)"),
+            });
+        }
+        self.conn
+            .execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+            .at(&self.path)?;
+        self.tune()?;
+        migrations::migrate(&mut self.conn).at(&self.path)
     }
 
     /// Opens the cache for commands that must not change it (plan, status). A missing file
