@@ -89,6 +89,7 @@ fn chance(
     use crate::dataset::Serialization;
     use crate::probe::chance::{
         GuessRates, STRICT_CHANCE_THRESHOLD, at_least, chance_level, guess_rates, own_column_rates,
+        passes_needed, unseen_bound,
     };
     use crate::probe::{ProbeContext, PromptPack, TestId, Variant};
 
@@ -131,13 +132,8 @@ fn chance(
                 ),
                 _ => (Vec::new(), Vec::new(), Vec::new()),
             };
-            let need = if test == TestId::IncompleteCompletion {
-                3
-            } else {
-                1
-            };
             let own = own_column_rates(&dataset.table, &probe.prompts);
-            let own_column_chance = (!own.is_empty()).then(|| at_least(&own, need));
+            let own_column_chance = (!own.is_empty()).then(|| at_least(&own, passes_needed(test)));
             let counts = |c: Option<f64>| c.map(|c| c < STRICT_CHANCE_THRESHOLD);
             entries.push(ChanceEntry {
                 dataset: dataset.id.clone(),
@@ -185,20 +181,13 @@ fn chance(
             (Some(reason), _) => format!("skipped: {reason}"),
             (None, Some(draws)) => {
                 let worst = e.trial_errors.iter().copied().fold(0.0, f64::max);
-                // A trial no guessed line passed has a standard error of 0 by the formula;
-                // what the draws show is the rule-of-three bound.
-                let unseen = e
-                    .trial_rates
-                    .iter()
-                    .zip(&e.trial_draws)
-                    .any(|(&rate, draws)| draws.is_some() && rate == 0.0);
-                if unseen {
-                    format!(
-                        "Monte Carlo, {draws} lines per trial, no line passed: rate < {:.1e} per trial (95 %)",
-                        3.0 / *draws as f64
-                    )
-                } else {
-                    format!("Monte Carlo, {draws} lines per trial, standard error ≤ {worst:.4}")
+                match unseen_bound(e.trial_rates.iter().copied().zip(e.trial_draws.clone())) {
+                    Some(bound) => format!(
+                        "Monte Carlo, {draws} lines per trial, no line passed: rate < {bound:.1e} per trial (95 %)"
+                    ),
+                    None => {
+                        format!("Monte Carlo, {draws} lines per trial, standard error ≤ {worst:.4}")
+                    }
                 }
             }
             (None, None) => "exact".to_string(),

@@ -286,6 +286,26 @@ impl<'a> Guesser<'a> {
     }
 }
 
+/// Trials of a value test that must pass for its cell to pass: 3 of 5 for incomplete
+/// completion, any one otherwise (SPEC's cell rules).
+pub fn passes_needed(test: TestId) -> usize {
+    match test {
+        TestId::IncompleteCompletion => 3,
+        _ => 1,
+    }
+}
+
+/// When a Monte Carlo trial passed on none of its draws, its standard error is 0 by the
+/// formula; what the draws show is the rule-of-three bound `3 / draws` (95 %). `None` when
+/// every estimated trial saw a pass. Takes each trial's (rate, draws).
+pub fn unseen_bound(trials: impl IntoIterator<Item = (f64, Option<usize>)>) -> Option<f64> {
+    trials
+        .into_iter()
+        .filter_map(|(rate, draws)| draws.filter(|_| rate == 0.0))
+        .max()
+        .map(|draws| 3.0 / draws as f64)
+}
+
 /// The chance level of a cell given its guess rates and (for answer tests) every sample's
 /// trials' expectations and verdicts. With several samples, tests 7–9 pass when any sample
 /// passes (`1 − (1 − c)^samples`, as [`super::aggregate_samples`] decides), and tests 10–12
@@ -307,10 +327,7 @@ pub fn chance_level(
             basis: NO_TRIALS.to_string(),
         },
         GuessRates::PerTrial(rates) => {
-            let need = match test {
-                TestId::IncompleteCompletion => 3,
-                _ => 1,
-            };
+            let need = passes_needed(test);
             let probabilities: Vec<f64> = rates.iter().map(|r| r.rate).collect();
             let one = at_least(&probabilities, need);
             let level = any_sample(one, samples);
@@ -323,13 +340,11 @@ pub fn chance_level(
                         * (1.0 - one).powi(samples as i32 - 1);
                     // A trial no draw passed has a standard error of 0 by the formula;
                     // its honest bound is the rule of three.
-                    let unseen = if rates.iter().any(|r| r.draws.is_some() && r.rate == 0.0) {
-                        format!(
-                            " (a trial no line passed: rate < {:.1e} at 95 %)",
-                            3.0 / draws as f64
-                        )
-                    } else {
-                        String::new()
+                    let unseen = match unseen_bound(rates.iter().map(|r| (r.rate, r.draws))) {
+                        Some(bound) => {
+                            format!(" (a trial no line passed: rate < {bound:.1e} at 95 %)")
+                        }
+                        None => String::new(),
                     };
                     format!(
                         "Monte Carlo, {draws} guessed lines per trial through Alg2, standard error {cell_error:.4}{unseen}"
