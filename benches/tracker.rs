@@ -100,7 +100,12 @@ fn bench_cached() {
         .unwrap_or_else(|| dir.path().join("paper.sqlite"));
     let _ = std::fs::remove_file(&cache);
     let seed_start = Instant::now();
-    let prepared = prepare(&spec, Some(&data), &[]).unwrap();
+    let prepared = prepare(
+        &tabcontam::run::spec::Spec::load(&spec).unwrap(),
+        Some(&data),
+        &[],
+    )
+    .unwrap();
     let mut store = Store::open(&cache).unwrap();
     let requests: Vec<(Request, Response)> = prepared
         .plan

@@ -83,7 +83,8 @@ impl Measured {
 
 /// The requests as `tabcontam run` would send them, in plan order.
 fn demo_requests(spec: &Path) -> (Vec<Request>, usize) {
-    let prepared = session::prepare(spec, None, &[]).expect("plan the demo spec");
+    let spec = tabcontam::run::spec::Spec::load(spec).expect("load the demo spec");
+    let prepared = session::prepare(&spec, None, &[]).expect("plan the demo spec");
     let max_batch = prepared.spec.models[0]
         .max_batch
         .unwrap_or(LocalOptions::default().max_batch);

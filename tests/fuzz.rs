@@ -699,7 +699,7 @@ fn no_csv_file_panics_the_loader_importer_or_probes() {
                 names[rng.random_range(0..names.len())].clone()
             };
             if let Ok((_, dataset)) =
-                tabcontam::commands::datasets::describe_import(&source, &bytes, "fuzzed", &target)
+                tabcontam::dataset::import::describe_import(&source, &bytes, "fuzzed", &target)
             {
                 counts.1 = true;
                 if build {

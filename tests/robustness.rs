@@ -452,8 +452,7 @@ fn imported_dataset_with_missing_labels_classifies_only_labelled_rows() {
     // The library's view of the same file.
     let bytes = std::fs::read(&file).unwrap();
     let (_, dataset) =
-        tabcontam::commands::datasets::describe_import(&file, &bytes, "flowers", "species")
-            .unwrap();
+        tabcontam::dataset::import::describe_import(&file, &bytes, "flowers", "species").unwrap();
     let labelled_rows: Vec<String> = dataset
         .table
         .rows

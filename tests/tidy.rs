@@ -1,6 +1,6 @@
 //! The house keeps its shape (as rust-analyzer's `tidy.rs`): no two files of `src/` import
-//! each other, directly or through others, and no binary, model, cache or wheel is
-//! committed. Runs with `cargo test`; reads the tree, runs nothing.
+//! each other, directly or through others; commands stay thin and long files say why; and
+//! no binary, model, cache or wheel is committed. Runs with `cargo test`; reads the tree, runs nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -316,6 +316,95 @@ fn the_circle_finder_finds_planted_circles() {
     assert!(named.contains(&m("a::view::Analysis")), "{named:?}");
     assert!(named.contains(&m("a::Result")), "{named:?}");
     assert!(named.contains(&m("store::Store::open")), "{named:?}");
+}
+
+/// A command is settings, one library call and printing (ARCHITECTURE § Layers).
+const MAX_COMMAND_LINES: usize = 300;
+/// A source file longer than this states why in a `//! Size:` line of its module docs.
+const MAX_FILE_LINES: usize = 700;
+
+/// Every `.rs` file under `dir` (recursively) with its line count.
+fn rust_files(dir: &Path) -> Vec<(PathBuf, usize)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+            out.push((path, lines));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The offenders among `files`: a command over [`MAX_COMMAND_LINES`], any file over
+/// [`MAX_FILE_LINES`] without a `//! Size:` reason in its leading module docs.
+fn size_offenders(files: &[(PathBuf, usize)], text_of: impl Fn(&Path) -> String) -> Vec<String> {
+    let mut offenders = Vec::new();
+    for (path, lines) in files {
+        let shown = path.strip_prefix(REPO).unwrap_or(path).display();
+        let in_commands = path.components().any(|c| c.as_os_str() == "commands");
+        if in_commands && *lines > MAX_COMMAND_LINES {
+            offenders.push(format!(
+                "{shown}: a command of {lines} lines (at most {MAX_COMMAND_LINES}): move its logic into the library and keep settings, one call and printing"
+            ));
+        }
+        if *lines > MAX_FILE_LINES {
+            let text = text_of(path);
+            let has_reason = text
+                .lines()
+                .take_while(|l| l.starts_with("//!"))
+                .any(|l| l.starts_with("//! Size:"));
+            if !has_reason {
+                offenders.push(format!(
+                    "{shown}: {lines} lines (over {MAX_FILE_LINES}): split it along a seam, or say why in a `//! Size:` line of its module docs"
+                ));
+            }
+        }
+    }
+    offenders
+}
+
+#[test]
+fn commands_stay_thin_and_long_files_say_why() {
+    let mut files = rust_files(&Path::new(REPO).join("src"));
+    files.extend(rust_files(&Path::new(REPO).join("crates")));
+    let offenders = size_offenders(&files, |p| std::fs::read_to_string(p).unwrap());
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+#[test]
+fn the_size_rule_catches_a_fat_command_and_an_unexplained_long_file() {
+    let command = Path::new(REPO).join("src/commands/fat.rs");
+    let long = Path::new(REPO).join("src/long.rs");
+    let explained = Path::new(REPO).join("src/explained.rs");
+    let files = vec![
+        (command.clone(), MAX_COMMAND_LINES + 1),
+        (long.clone(), MAX_FILE_LINES + 1),
+        (explained.clone(), MAX_FILE_LINES + 1),
+        (
+            Path::new(REPO).join("src/commands/thin.rs"),
+            MAX_COMMAND_LINES,
+        ),
+    ];
+    let offenders = size_offenders(&files, |p| {
+        if p == explained {
+            "//! A module.\n//!\n//! Size: one parser.\n\nfn f() {}".to_string()
+        } else {
+            "//! A module.\n\n// Size: not in the module docs\nfn f() {}".to_string()
+        }
+    });
+    assert_eq!(offenders.len(), 2, "{offenders:?}");
+    assert!(
+        offenders[0].starts_with("src/commands/fat.rs: a command of 301 lines"),
+        "{offenders:?}"
+    );
+    assert!(
+        offenders[1].starts_with("src/long.rs: 701 lines"),
+        "{offenders:?}"
+    );
 }
 
 /// Extensions of files that never belong in the tree.

@@ -13,6 +13,7 @@ pub mod prompts;
 pub mod report;
 pub mod run;
 pub mod status;
+pub mod text_table;
 
 use std::process::ExitCode;
 

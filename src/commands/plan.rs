@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::cli::PlanArgs;
 use crate::run::plan::estimate_prompt_tokens;
 use crate::run::session::{Prepared, prepare};
+use crate::run::spec::Spec;
 use crate::store::Store;
 
 /// One model's line of the plan.
@@ -80,7 +81,8 @@ pub fn summarize(
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
-    let prepared = prepare(&args.spec, args.data.data_dir.as_deref(), &args.models)?;
+    let spec = Spec::load(&args.spec)?;
+    let prepared = prepare(&spec, args.data.data_dir.as_deref(), &args.models)?;
     let store = Store::open_read_only(&args.cache.cache)?;
     let keys: Vec<_> = prepared.plan.requests.keys().copied().collect();
     let cached = store.cached_keys(&keys)?;

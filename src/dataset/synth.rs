@@ -72,6 +72,41 @@ pub struct Synthetic {
     pub csv: String,
 }
 
+/// Writes the dataset of `seed` with `rows` rows to `out` and its descriptor beside it
+/// (`out` with the extension `.toml`, naming `out`'s file); returns the generated dataset
+/// and the descriptor's path.
+pub fn write_files(
+    seed: u64,
+    rows: usize,
+    out: &std::path::Path,
+) -> anyhow::Result<(Synthetic, std::path::PathBuf)> {
+    use anyhow::Context;
+    if !(MIN_ROWS..=MAX_ROWS).contains(&rows) {
+        anyhow::bail!("--rows {rows}: give between {MIN_ROWS} and {MAX_ROWS} rows");
+    }
+    let file_name = out
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.contains('"'))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--out {}: give a file name (e.g. synthetic-{seed}.csv)",
+                out.display()
+            )
+        })?;
+    let generated = generate(seed, rows);
+    let descriptor = generated.descriptor_toml.replace(
+        &format!("file = \"{}\"", generated.file_name),
+        &format!("file = \"{file_name}\""),
+    );
+    let toml_path = out.with_extension("toml");
+    std::fs::write(out, &generated.csv)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    std::fs::write(&toml_path, descriptor)
+        .with_context(|| format!("cannot write {}", toml_path.display()))?;
+    Ok((generated, toml_path))
+}
+
 const ONSETS: &[&str] = &[
     "b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kl", "st",
     "tr", "gl", "sk", "pl", "vr", "th",

@@ -7,6 +7,7 @@ pub mod alg1;
 pub mod alg2;
 pub mod answer;
 pub mod dictionary;
+pub mod parity;
 
 pub use alg1::{Alg1Profile, alg1, alg1_any_name};
 pub use alg2::{Alg2Scope, alg2};

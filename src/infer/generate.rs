@@ -2,6 +2,9 @@
 //! token prefix is encoded once (and kept for the next call) and its KV cache copied into
 //! each micro-batch; each prompt's own suffix is left-padded to the longest one, then all
 //! sequences decode one token per step, leaving the batch when they finish.
+//!
+//! Size: over 700 lines because the batching, prefix sharing and decode loop share their
+//! state; splitting them would pass that state across files.
 
 use std::time::Instant;
 

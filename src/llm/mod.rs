@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod client;
+pub mod config;
 pub mod error;
 pub mod gemini;
 pub mod limits;

@@ -26,13 +26,15 @@ pub struct Prepared {
     pub plan: Plan,
 }
 
-/// Loads the spec (keeping only `only_models` when given), its datasets and builds the plan.
+/// Takes the loaded spec (keeping only `only_models` when given), loads its datasets and
+/// builds the plan.
 pub fn prepare(
-    spec_path: &Path,
+    spec: &Spec,
     data_dir: Option<&Path>,
     only_models: &[String],
 ) -> anyhow::Result<Prepared> {
-    let mut spec = Spec::load(spec_path)?;
+    let spec_path = spec.path.as_path();
+    let mut spec = spec.clone();
     if !only_models.is_empty() {
         for id in only_models {
             if !spec.models.iter().any(|m| &m.id == id) {

@@ -132,6 +132,16 @@ pub fn run_experiment(
     settings: &RunSettings,
     observer: &mut dyn RunObserver,
 ) -> Result<RunReport, RunError> {
+    let spec = Spec::load(&settings.spec).map_err(|e| RunError::Setup(e.into()))?;
+    run_loaded_experiment(&spec, settings, observer)
+}
+
+/// [`run_experiment`] for a spec its caller has loaded already (`settings.spec` is its path).
+pub fn run_loaded_experiment(
+    spec: &Spec,
+    settings: &RunSettings,
+    observer: &mut dyn RunObserver,
+) -> Result<RunReport, RunError> {
     let Ready {
         prepared,
         mut store,
@@ -141,7 +151,7 @@ pub fn run_experiment(
         offline_missing,
         other_shards,
         dictionary,
-    } = get_ready(settings).map_err(RunError::Setup)?;
+    } = get_ready(spec, settings).map_err(RunError::Setup)?;
     let spec = &prepared.spec;
     let run_id = store
         .begin_run(&spec.name, &spec.text)
@@ -236,14 +246,10 @@ pub fn run_experiment(
 /// Everything before the run is recorded. Fails without writing anything: weights are
 /// fetched, the spec planned, the cache read, servers checked, and only then is the cache
 /// opened for writing.
-fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
+fn get_ready(spec: &Spec, settings: &RunSettings) -> anyhow::Result<Ready> {
     // Local weights first: their digest is part of every request key.
-    let local_weights = local_weights(settings)?;
-    let prepared = prepare(
-        &settings.spec,
-        settings.data_dir.as_deref(),
-        &settings.only_models,
-    )?;
+    let local_weights = local_weights(spec, settings)?;
+    let prepared = prepare(spec, settings.data_dir.as_deref(), &settings.only_models)?;
     let spec = &prepared.spec;
     let plan = &prepared.plan;
     let keys: Vec<RequestKey> = plan.requests.keys().copied().collect();
@@ -354,14 +360,13 @@ fn get_ready(settings: &RunSettings) -> anyhow::Result<Ready> {
 }
 
 /// The weights of every local model of the run, fetching the default model if needed.
-fn local_weights(settings: &RunSettings) -> anyhow::Result<HashMap<String, PathBuf>> {
+fn local_weights(spec: &Spec, settings: &RunSettings) -> anyhow::Result<HashMap<String, PathBuf>> {
     let spec_dir = settings
         .spec
         .parent()
         .unwrap_or(Path::new("."))
         .to_path_buf();
     let mut weights = HashMap::new();
-    let spec = Spec::load(&settings.spec)?;
     for model in &spec.models {
         if model.backend != BackendKind::Local
             || (!settings.only_models.is_empty() && !settings.only_models.contains(&model.id))

@@ -1,0 +1,57 @@
+//! How the report writes numbers, intervals, p-values and names (one place, so the HTML and
+//! LaTeX pages agree).
+
+use crate::analyze::{Analysis, Interval, MeanAccuracy};
+use crate::probe::TestKind;
+
+/// What an empty cell shows.
+/// Shown where a value does not exist.
+pub(super) const NONE: &str = "–";
+
+pub(super) fn kind_name(kind: TestKind) -> &'static str {
+    match kind {
+        TestKind::Knowledge => "knowledge",
+        TestKind::Memorization => "memorization",
+        TestKind::Classification => "classification",
+    }
+}
+
+pub(super) fn fixed2(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+pub(super) fn opt(x: Option<f64>) -> String {
+    x.map_or_else(|| NONE.to_string(), fixed2)
+}
+
+pub(super) fn mean(m: &Option<MeanAccuracy>) -> String {
+    m.as_ref()
+        .map_or_else(|| NONE.to_string(), |m| fixed2(m.mean))
+}
+
+pub(super) fn interval(i: &Option<Interval>) -> String {
+    i.as_ref().map_or_else(
+        || NONE.to_string(),
+        |i| format!("[{:.2}, {:.2}]", i.low, i.high),
+    )
+}
+
+pub(super) fn p_value(p: Option<f64>) -> String {
+    match p {
+        None => NONE.to_string(),
+        Some(p) if p < 0.001 => "<0.001".to_string(),
+        Some(p) => format!("{p:.3}"),
+    }
+}
+
+pub(super) fn percent(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+pub(super) fn dataset_name_in(analysis: &Analysis, id: &str) -> String {
+    analysis
+        .datasets
+        .iter()
+        .find(|d| d.id == id)
+        .map_or_else(|| id.to_string(), |d| d.name.clone())
+}

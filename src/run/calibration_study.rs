@@ -1,0 +1,137 @@
+//! The controlled-contamination study of a spec's `[calibration]` table, end to end, in one
+//! call: every checkpoint (built or reused), the run on the base model and the checkpoints
+//! through the cache, and the calibration of every test over the spec's own models.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::local_exec::ensure_weights;
+use super::spec::Spec;
+use super::workflow::{RunObserver, RunReport, RunSettings, run_loaded_experiment};
+use crate::analyze::DEFAULT_SERIALIZATION;
+use crate::analyze::calibration::{Calibration, calibrate};
+use crate::store::Store;
+use crate::train;
+
+/// One treatment's checkpoint series.
+#[derive(Debug, Clone)]
+pub struct SeriesBuilt {
+    /// The treatment's slug (`iris`, `synthetic-101-60`).
+    pub label: String,
+    pub folder: PathBuf,
+    pub checkpoints: usize,
+    pub reused: usize,
+    pub seconds: f64,
+}
+
+/// What [`run_study`] did.
+#[derive(Debug)]
+pub struct StudyOutcome {
+    pub series: Vec<SeriesBuilt>,
+    /// The run of the tests (`None` with `train_only`).
+    pub run: Option<RunReport>,
+    /// The calibration table (`None` with `train_only`).
+    pub calibration: Option<Calibration>,
+}
+
+/// Runs the study of `spec` (which must have a `[calibration]` table). `run` holds the
+/// cache, data folder and progress of the tests' run (its `spec` is `spec.path`);
+/// `train_log` hears each training line prefixed with its treatment.
+pub fn run_study(
+    spec: &Spec,
+    run: &RunSettings,
+    train_only: bool,
+    observer: &mut dyn RunObserver,
+    train_log: &mut dyn FnMut(&str),
+) -> anyhow::Result<StudyOutcome> {
+    let Some(study) = &spec.calibration else {
+        anyhow::bail!(
+            "{}: no [calibration] table; add one (base, treatments, doses) or use `tabcontam run` for an ordinary experiment",
+            spec.path.display()
+        );
+    };
+    let spec_dir = spec.path.parent().unwrap_or(Path::new("."));
+    let base = spec
+        .models
+        .iter()
+        .find(|m| m.id == study.base)
+        .expect("the spec checks that the base model exists");
+    let base_weights = ensure_weights(base, spec_dir)
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", spec.path.display()))?;
+
+    // 1. Checkpoints: one series per treatment, each cached by its inputs.
+    let mut series = Vec::new();
+    for treatment in &study.treatments {
+        let folder = study.series(treatment, spec_dir, &spec.name);
+        let mut settings = study
+            .settings(&base_weights, treatment, &folder, spec.seed)
+            .map_err(|m| anyhow::anyhow!("{}: {m}", spec.path.display()))?;
+        settings.data_dir = run.data_dir.clone();
+        let label = treatment.slug();
+        let trained = Instant::now();
+        let checkpoints = train::build_checkpoints(&settings, &mut |line| {
+            train_log(&format!("[{label}] {line}"))
+        })?;
+        let built = SeriesBuilt {
+            label,
+            folder,
+            checkpoints: checkpoints.len(),
+            reused: checkpoints.iter().filter(|c| c.reused).count(),
+            seconds: trained.elapsed().as_secs_f64(),
+        };
+        train_log(&format!(
+            "[{}] {} checkpoint(s) in {} ({} reused) in {:.1} s",
+            built.label,
+            built.checkpoints,
+            built.folder.display(),
+            built.reused,
+            built.seconds
+        ));
+        series.push(built);
+    }
+    if train_only {
+        return Ok(StudyOutcome {
+            series,
+            run: None,
+            calibration: None,
+        });
+    }
+
+    // 2. The tests on the base model and every checkpoint, through the cache.
+    let report = run_loaded_experiment(spec, run, observer)?;
+
+    // 3. The calibration of every test, over this spec's models only (the cache may hold
+    // other studies).
+    let store = Store::open_read_only(&run.cache)?;
+    let ours = |id: &str| spec.models.iter().any(|m| m.id == id);
+    let models: Vec<_> = store
+        .models()?
+        .into_iter()
+        .filter(|m| ours(&m.id))
+        .collect();
+    let cells: Vec<_> = store
+        .cells()?
+        .into_iter()
+        .filter(|c| ours(&c.model))
+        .collect();
+    let trials: Vec<_> = store
+        .trials()?
+        .into_iter()
+        .filter(|t| ours(&t.model))
+        .collect();
+    let primary = spec
+        .serializations
+        .first()
+        .map_or(DEFAULT_SERIALIZATION, |s| s.id.as_str());
+    let Some(calibration) = calibrate(&models, &cells, &trials, primary) else {
+        anyhow::bail!(
+            "{}: the cache holds no model with a declared exposure after the run; was it interrupted?",
+            run.cache.display()
+        );
+    };
+    Ok(StudyOutcome {
+        series,
+        run: Some(report),
+        calibration: Some(calibration),
+    })
+}
