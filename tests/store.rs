@@ -2,6 +2,9 @@
 //! not caches, read-only use, concurrent writers (threads and processes), durability,
 //! bulk lookup speed, and that secrets never reach the file.
 
+#[path = "support/tiny_llama.rs"]
+mod tiny_llama;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -1136,4 +1139,174 @@ fn many_openers_of_one_new_cache_all_succeed() {
             );
         }
     }
+}
+
+/// A cache written before local models were identified by their weights' digest alone
+/// (schema 7) keeps every answer: migration 8 moves each request, response, trial and
+/// scored text of a local identity to the key it has under the digest identity, and two
+/// paths of the same weights become one identity. Schema 8 changed no table, so a schema-7
+/// cache is this binary's cache with the old identities and without the ledger's row 8.
+#[test]
+fn a_cache_of_the_previous_release_keeps_its_local_answers_under_the_weights_digest() {
+    use tabcontam::request::{ScoreRequest, TokenLogprobs};
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let digest = "blake3:5eed";
+    let old_identity = |model: &str| ModelIdentity {
+        backend: BackendKind::Local,
+        model: model.into(),
+        revision: digest.into(),
+    };
+    let local_request = |model: &str, i: usize| Request {
+        model: old_identity(model),
+        ..request("unused", i)
+    };
+    // Two names of one file (as two specs in two folders wrote them), and a remote model.
+    let first = local_request("experiments/../cache/tiny", 1);
+    let second = local_request("experiments/../cache/tiny", 2);
+    let same_as_first = local_request("../cache/tiny", 1);
+    let remote = request("gpt", 1);
+    let scored = ScoreRequest {
+        model: old_identity("experiments/../cache/tiny"),
+        text: "The age is 39, The workclass is State-gov".into(),
+    };
+    let logprobs = TokenLogprobs {
+        tokens: vec![1, 2, 3],
+        logprobs: vec![-0.5, -1.25],
+        mu: None,
+        sigma: None,
+    };
+    {
+        let mut store = Store::open(&path).unwrap();
+        store.put_response(&first, &response(1)).unwrap();
+        store.put_response(&second, &response(2)).unwrap();
+        store.put_response(&same_as_first, &response(9)).unwrap();
+        store.put_response(&remote, &response(3)).unwrap();
+        store.put_logprobs(&scored, "local", &logprobs).unwrap();
+        store.begin_run("old", "name = \"old\"").unwrap();
+    }
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "INSERT INTO trials (model, dataset, test, serialization, seed, trial, run_id, request_key, note, expected, passed, invalid, sample)
+             VALUES ('tiny', 'iris', 'membership', 'the-is', 0, 0, 1, ?1, NULL, '{}', 1, 0, 0)",
+            [first.key().0],
+        )
+        .unwrap();
+        conn.execute("DELETE FROM schema_migrations WHERE version = 8", [])
+            .unwrap();
+    }
+    assert_eq!(
+        count(
+            &path,
+            "SELECT count(*) FROM identities WHERE backend = 'local'"
+        ),
+        2
+    );
+
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let moved = |r: &Request| Request {
+        model: ModelIdentity::local(digest),
+        ..r.clone()
+    };
+    let keys = [moved(&first).key(), moved(&second).key(), remote.key()];
+    let found = store.responses(&keys).unwrap();
+    assert_eq!(
+        found[&keys[0]].text,
+        response(1).text,
+        "the first stored answer stays"
+    );
+    assert_eq!(found[&keys[1]].text, response(2).text);
+    assert_eq!(
+        found[&keys[2]].text,
+        response(3).text,
+        "remote keys are untouched"
+    );
+    assert!(
+        store
+            .cached_keys(&[first.key(), same_as_first.key()])
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        count(
+            &path,
+            "SELECT count(*) FROM identities WHERE backend = 'local'"
+        ),
+        1,
+        "two paths of one file are one identity"
+    );
+    assert_eq!(count(&path, "SELECT count(*) FROM requests"), 3);
+    assert_eq!(count(&path, "SELECT count(*) FROM responses"), 3);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let trial_key: Vec<u8> = conn
+        .query_row("SELECT request_key FROM trials", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(trial_key, keys[0].0, "the trial points at its moved answer");
+    let rescored = ScoreRequest {
+        model: ModelIdentity::local(digest),
+        ..scored.clone()
+    };
+    let cached = store.logprobs(&[rescored.key()]).unwrap();
+    assert_eq!(cached[&rescored.key()].1.logprobs, logprobs.logprobs);
+    drop(store);
+    // Applied once: reopening changes nothing.
+    let again = Store::open(&path).unwrap();
+    assert_eq!(again.responses(&keys).unwrap().len(), 3);
+}
+
+/// The same weights named by two paths (two specs in two folders, under two model ids)
+/// are one model to the cache: the second run finds every answer of the first.
+#[test]
+fn the_same_weights_under_two_paths_share_every_cache_entry() {
+    use tabcontam::run::execute::ProgressMode;
+    use tabcontam::run::workflow::{RunSettings, run_experiment};
+    let dir = tempfile::tempdir().unwrap();
+    let weights = dir.path().join("weights").join("tiny");
+    tiny_llama::write_tiny_llama(&weights, tiny_llama::VOCAB);
+    std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+    let header = "seed = 0\ndatasets = [\"iris\"]\n\
+        tests = [\"feature-list-uninformed\", \"incomplete-completion\"]\n\
+        serializations = [\"the-is\"]\n";
+    let spec = |file: &str, name: &str, id: &str, model: &str| {
+        let path = dir.path().join(file);
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"{name}\"\n{header}\n[[models]]\nid = \"{id}\"\nbackend = \"local\"\nmodel = \"{model}\"\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let first = spec("first.toml", "first", "tiny", "weights/tiny");
+    let second = spec(
+        "a/b/second.toml",
+        "second",
+        "tiny-again",
+        "../../a/../weights/./tiny",
+    );
+    let settings = |spec: PathBuf| RunSettings {
+        spec,
+        only_models: Vec::new(),
+        data_dir: None,
+        cache: cache_path(&dir),
+        offline: true,
+        progress: ProgressMode::Off,
+        shard: None,
+    };
+    let ran = run_experiment(&settings(first), &mut ()).unwrap();
+    assert_eq!(ran.status, RunStatus::Finished, "{ran:?}");
+    assert!(ran.counts.sent > 0);
+    let again = run_experiment(&settings(second), &mut ()).unwrap();
+    assert_eq!(again.status, RunStatus::Finished, "{again:?}");
+    assert_eq!(again.counts.requests, ran.counts.requests);
+    assert_eq!(
+        again.counts.cached, again.counts.requests,
+        "every answer is shared"
+    );
+    assert_eq!(again.counts.sent, 0);
+    let path = cache_path(&dir);
+    assert_eq!(count(&path, "SELECT count(*) FROM identities"), 1);
 }

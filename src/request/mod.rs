@@ -50,10 +50,26 @@ pub enum ApiMode {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ModelIdentity {
     pub backend: BackendKind,
-    /// The model name sent to the API (or the local model's name).
+    /// The model name sent to the API; [`LOCAL_WEIGHTS_MODEL`] for local weights.
     pub model: String,
     /// Snapshot name for APIs (e.g. `gpt-4o-2024-08-06`), weights digest for local files.
     pub revision: String,
+}
+
+/// The model name of every local identity: local weights are identified by their digest
+/// alone (the revision), so the same file under two paths or two spec names shares every
+/// cache entry.
+pub const LOCAL_WEIGHTS_MODEL: &str = "local-weights";
+
+impl ModelIdentity {
+    /// The identity of local weights with this digest.
+    pub fn local(weights_digest: &str) -> ModelIdentity {
+        ModelIdentity {
+            backend: BackendKind::Local,
+            model: LOCAL_WEIGHTS_MODEL.to_string(),
+            revision: weights_digest.to_string(),
+        }
+    }
 }
 
 /// Generation parameters. Every field is part of the request key.

@@ -93,17 +93,17 @@ fn params(model: &ModelSpec, prompt: &Prompt, sample: u32) -> GenerationParams {
 }
 
 /// The identity of a model in the cache. `local_revision` supplies the weights digest of
-/// local models (computed by the caller, which may read files).
+/// local models (computed by the caller, which may read files): a local model is its digest
+/// alone, whatever path or name the spec gives it.
 pub fn identity(model: &ModelSpec, local_revision: Option<&str>) -> ModelIdentity {
+    if let Some(digest) = local_revision {
+        return ModelIdentity::local(digest);
+    }
     let name = model.model.clone().unwrap_or_else(|| model.id.clone());
-    let revision = match local_revision {
-        Some(digest) => digest.to_string(),
-        None => model.revision.clone().unwrap_or_else(|| name.clone()),
-    };
     ModelIdentity {
         backend: model.backend,
+        revision: model.revision.clone().unwrap_or_else(|| name.clone()),
         model: name,
-        revision,
     }
 }
 

@@ -6,11 +6,14 @@
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-/// One migration: its version (the file's number), name and SQL.
+/// One migration: its version (the file's number), name and SQL, and for the few changes
+/// SQL cannot express (keys are blake3 digests) a Rust step run after the SQL, in the same
+/// transaction.
 pub(crate) struct Migration {
     pub version: i64,
     pub name: &'static str,
     pub sql: &'static str,
+    pub rust_step: Option<fn(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>>,
 }
 
 pub(crate) const MIGRATIONS: &[Migration] = &[
@@ -18,36 +21,49 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         version: 1,
         name: "0001_init",
         sql: include_str!("../../schema/sqlite/0001_init.sql"),
+        rust_step: None,
     },
     Migration {
         version: 2,
         name: "0002_run_failure_reason",
         sql: include_str!("../../schema/sqlite/0002_run_failure_reason.sql"),
+        rust_step: None,
     },
     Migration {
         version: 3,
         name: "0003_samples",
         sql: include_str!("../../schema/sqlite/0003_samples.sql"),
+        rust_step: None,
     },
     Migration {
         version: 4,
         name: "0004_echo_chance",
         sql: include_str!("../../schema/sqlite/0004_echo_chance.sql"),
+        rust_step: None,
     },
     Migration {
         version: 5,
         name: "0005_significance",
         sql: include_str!("../../schema/sqlite/0005_significance.sql"),
+        rust_step: None,
     },
     Migration {
         version: 6,
         name: "0006_model_step",
         sql: include_str!("../../schema/sqlite/0006_model_step.sql"),
+        rust_step: None,
     },
     Migration {
         version: 7,
         name: "0007_logprobs",
         sql: include_str!("../../schema/sqlite/0007_logprobs.sql"),
+        rust_step: None,
+    },
+    Migration {
+        version: 8,
+        name: "0008_local_identity_by_digest",
+        sql: include_str!("../../schema/sqlite/0008_local_identity_by_digest.sql"),
+        rust_step: Some(super::local_identity::rewrite_local_identities),
     },
 ];
 
@@ -73,6 +89,9 @@ pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<Option<i64>> {
     }
     for migration in MIGRATIONS.iter().filter(|m| m.version > found) {
         tx.execute_batch(migration.sql)?;
+        if let Some(step) = migration.rust_step {
+            step(&tx)?;
+        }
         tx.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at)
              VALUES (?1, ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
@@ -133,6 +152,7 @@ mod tests {
             "9f2d093fa92d71c8c44745aa27e34d27da3859365eb405e40870517ea45921ae",
             "963442b20bc0131b17960e48dae2139c81c3bf4b7759e19ac0d74bbaec24b83c",
             "7af8d9cf2df50b559f40f46dd35ab6ca452c9ec03729430f0b3d121d77edb62b",
+            "66a40429ae7de53cf48dca415592b8e323f12109dc425aa2df875263ac1670bf",
         ];
         assert_eq!(
             pinned.len(),

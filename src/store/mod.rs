@@ -16,6 +16,7 @@
 
 mod cache;
 mod error;
+mod local_identity;
 mod logprobs;
 mod merge;
 mod migrations;
