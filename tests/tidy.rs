@@ -465,3 +465,200 @@ fn no_binaries_models_caches_or_wheels_are_committed() {
         offenders.join("\n")
     );
 }
+
+/// Every relative link of README.md, ARCHITECTURE.md and `docs/**/*.md` reaches a file,
+/// and an anchor (`file.md#heading`, `#heading`) a heading of that file by GitHub's slug
+/// rule; README.md stays a short guide (at most 250 lines, the rest in `docs/`).
+#[test]
+fn markdown_links_resolve() {
+    const README_MAX_LINES: usize = 250;
+
+    /// GitHub's heading anchor: lowercase; letters, digits, `-` and `_` kept, spaces
+    /// become `-`, every other character dropped.
+    fn slug(heading: &str) -> String {
+        heading
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Lines outside fenced code blocks (``` or ~~~), with their 1-based numbers.
+    fn prose(text: &str) -> Vec<(usize, &str)> {
+        let mut fence: Option<&str> = None;
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            let marker = ["```", "~~~"].into_iter().find(|m| trimmed.starts_with(m));
+            match (fence, marker) {
+                (None, Some(m)) => fence = Some(m),
+                (Some(open), Some(m)) if open == m => fence = None,
+                (None, None) => out.push((i + 1, line)),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The anchors of a file's ATX headings; a repeated heading gets `-1`, `-2`, … as on
+    /// GitHub.
+    fn anchors(text: &str) -> BTreeSet<String> {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        let mut out = BTreeSet::new();
+        for (_, line) in prose(text) {
+            let hashes = line.chars().take_while(|&c| c == '#').count();
+            if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+                continue;
+            }
+            let base = slug(line[hashes..].trim().trim_end_matches('#').trim());
+            let count = seen.entry(base.clone()).or_insert(0);
+            out.insert(if *count == 0 {
+                base.clone()
+            } else {
+                format!("{base}-{count}")
+            });
+            *count += 1;
+        }
+        out
+    }
+
+    /// `(line, target)` of every `[text](target)` outside code blocks and code spans.
+    fn links(text: &str) -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        for (number, line) in prose(text) {
+            // Drop code spans: `[a](b)` inside backticks is an example, not a link.
+            let plain: String = line
+                .split('`')
+                .enumerate()
+                .filter(|(i, _)| i % 2 == 0)
+                .map(|(_, part)| part)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let mut rest = plain.as_str();
+            while let Some(at) = rest.find("](") {
+                let after = &rest[at + 2..];
+                let Some(end) = after.find(')') else { break };
+                let target = after[..end].trim();
+                // `<path>` and `path "title"` forms.
+                let target = target
+                    .strip_prefix('<')
+                    .and_then(|t| t.split_once('>').map(|(t, _)| t))
+                    .unwrap_or_else(|| target.split_whitespace().next().unwrap_or(""));
+                out.push((number, target.to_string()));
+                rest = &after[end + 1..];
+            }
+        }
+        out
+    }
+
+    let repo = Path::new(REPO);
+    // The invariants of the link reader itself.
+    assert_eq!(
+        slug("Controlled contamination (`tabcontam contaminate`)"),
+        "controlled-contamination-tabcontam-contaminate"
+    );
+    assert_eq!(
+        slug("Scale-out: servers, shards_merging"),
+        "scale-out-servers-shards_merging"
+    );
+    assert_eq!(
+        anchors("# A\n```\n# not a heading\n```\n## A\n#nohead\n"),
+        ["a".to_string(), "a-1".to_string()].into()
+    );
+    assert_eq!(
+        links("[a](x.md) `[b](y.md)` [c](<z w.md> \"t\") and [d](e.md#f)\n```\n[g](h.md)\n```"),
+        vec![
+            (1, "x.md".to_string()),
+            (1, "z w.md".to_string()),
+            (1, "e.md#f".to_string())
+        ]
+    );
+
+    fn markdown_under(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                markdown_under(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = vec![repo.join("README.md"), repo.join("ARCHITECTURE.md")];
+    markdown_under(&repo.join("docs"), &mut files);
+    files.sort();
+
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let shown = file
+            .strip_prefix(repo)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(file)
+            .unwrap_or_else(|e| panic!("{shown}: cannot read it ({e})"));
+        for (line, target) in links(&text) {
+            let lower = target.to_ascii_lowercase();
+            if target.is_empty() || lower.contains("://") || lower.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((path, anchor)) => (path, Some(anchor)),
+                None => (target.as_str(), None),
+            };
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !resolved.exists() {
+                broken.push(format!(
+                    "{shown}:{line}: link `{target}`: no file {} (fix the path, relative to {shown}, or create the file)",
+                    resolved.strip_prefix(repo).unwrap_or(&resolved).display()
+                ));
+                continue;
+            }
+            let Some(anchor) = anchor else { continue };
+            if resolved.extension().is_none_or(|e| e != "md") || anchor.is_empty() {
+                continue; // anchors into source files (#L10) are GitHub's, not headings
+            }
+            let known = anchors(&std::fs::read_to_string(&resolved).unwrap_or_default());
+            if !known.contains(anchor) {
+                broken.push(format!(
+                    "{shown}:{line}: link `{target}`: no heading with anchor `#{anchor}` in {} (fix the anchor to one of: {})",
+                    resolved.strip_prefix(repo).unwrap_or(&resolved).display(),
+                    known.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+    }
+    assert!(
+        checked > 0,
+        "no relative links found in {files:?}: the link reader is broken"
+    );
+    assert!(
+        broken.is_empty(),
+        "broken Markdown links:\n{}",
+        broken.join("\n")
+    );
+
+    let readme_lines = std::fs::read_to_string(repo.join("README.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        readme_lines <= README_MAX_LINES,
+        "README.md has {readme_lines} lines, more than {README_MAX_LINES}: it is a short guide \
+         (what it is, the two commands, install, a tour, where to go next); move the rest into \
+         docs/ and link it"
+    );
+}
