@@ -407,6 +407,62 @@ fn the_size_rule_catches_a_fat_command_and_an_unexplained_long_file() {
     );
 }
 
+/// The folders of ARCHITECTURE.md's code map with the files each lists (`**`src/run/`**`
+/// headings followed by ``| `file.rs` |`` rows).
+fn code_map() -> BTreeMap<String, BTreeSet<String>> {
+    let text = std::fs::read_to_string(Path::new(REPO).join("ARCHITECTURE.md")).unwrap();
+    let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut folder: Option<String> = None;
+    for line in text.lines() {
+        if let Some(rest) = line
+            .strip_prefix("**`")
+            .and_then(|r| r.strip_suffix("/`**"))
+        {
+            folder = Some(rest.to_string());
+            map.entry(rest.to_string()).or_default();
+        } else if let (Some(folder), Some(rest)) = (&folder, line.strip_prefix("| `")) {
+            if let Some(name) = rest.split('`').next().filter(|n| n.ends_with(".rs")) {
+                map.get_mut(folder).unwrap().insert(name.to_string());
+            }
+        } else if line.starts_with("## ") {
+            folder = None;
+        }
+    }
+    map
+}
+
+#[test]
+fn the_code_map_lists_every_source_file_and_no_other() {
+    let mut on_disk: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for root in ["src", "crates/kernels/src"] {
+        for (path, _) in rust_files(&Path::new(REPO).join(root)) {
+            let relative = path.strip_prefix(REPO).unwrap();
+            let folder = relative.parent().unwrap().display().to_string();
+            let name = relative.file_name().unwrap().to_string_lossy().to_string();
+            on_disk.entry(folder).or_default().insert(name);
+        }
+    }
+    let listed = code_map();
+    let mut problems = Vec::new();
+    for (folder, files) in &on_disk {
+        let empty = BTreeSet::new();
+        let known = listed.get(folder).unwrap_or(&empty);
+        for file in files.difference(known) {
+            problems.push(format!("{folder}/{file}: not in ARCHITECTURE.md's code map (add a row `| `{file}` | what it is |` under **`{folder}/`**)"));
+        }
+    }
+    for (folder, files) in &listed {
+        let empty = BTreeSet::new();
+        let present = on_disk.get(folder).unwrap_or(&empty);
+        for file in files.difference(present) {
+            problems.push(format!(
+                "{folder}/{file}: in ARCHITECTURE.md's code map but not on disk (remove its row)"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// Extensions of files that never belong in the tree.
 const FOREIGN: [&str; 10] = [
     ".whl",
