@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::probe::chance::STRICT_CHANCE_THRESHOLD;
+use crate::probe::chance::{Chance, STRICT_CHANCE_THRESHOLD};
 use crate::probe::{NO_SERIALIZATION, TestId, TestKind};
 use crate::store::{CellRow, OWN_SOURCE, TrialRow};
 
@@ -207,9 +207,12 @@ pub fn summary(c: &CellRow) -> String {
     if let Some(reason) = &c.skipped {
         return format!("skipped ({reason})");
     }
-    let chance = match c.chance.as_ref().and_then(|ch| ch.level) {
-        Some(level) => format!("chance {}", format_probability(level)),
-        None if c.chance.is_some() => "chance not computable".to_string(),
+    let chance = match &c.chance {
+        Some(Chance {
+            level: Some(level),
+            basis,
+        }) => format!("chance {}", format_chance(*level, basis)),
+        Some(_) => "chance not computable".to_string(),
         None => "chance not recorded".to_string(),
     };
     let answers = c.test == TestId::Membership || c.test.kind() == TestKind::Classification;
@@ -235,6 +238,16 @@ pub fn summary(c: &CellRow) -> String {
     }
 }
 
+/// A chance level as the reports show it: the probability, or, where a Monte Carlo estimate
+/// is below what its draws can resolve (a trial no guessed line passed), the bound its basis
+/// states (`< 4.5e-12`, not a misleading `< 1e-6`).
+pub fn format_chance(level: f64, basis: &str) -> String {
+    match crate::probe::chance::cell_bound(basis) {
+        Some(bound) if level < bound => format!("< {bound:.1e} (Monte Carlo bound)"),
+        _ => format_probability(level),
+    }
+}
+
 /// A probability with three significant decimals (`0.18`, `0.0031`, `< 1e-6`).
 pub fn format_probability(p: f64) -> String {
     if p < 1e-6 {
@@ -249,7 +262,6 @@ pub fn format_probability(p: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::chance::Chance;
     use crate::probe::{CellResult, Expected, TrialVerdict};
     use crate::request::RequestKey;
 
@@ -346,5 +358,39 @@ mod tests {
             }),
             "passed (1 of 1 passing trials are echoes; chance not computable)"
         );
+    }
+
+    /// A Monte Carlo cell whose guessed lines never passed shows the bound its draws vouch
+    /// for. Reference: P(X ≥ 3 | n = 5, p = 3 / 20,000) = 10 p³ (1 − p)² + 5 p⁴ (1 − p) + p⁵
+    /// = 3.3745e-11 (scipy.stats.binom.sf(2, 5, 1.5e-4)).
+    #[test]
+    fn an_unseen_monte_carlo_cell_shows_its_rule_of_three_bound() {
+        use crate::probe::chance::{GuessRates, TrialGuess, chance_level};
+        let unseen = TrialGuess {
+            rate: 0.0,
+            standard_error: 0.0,
+            draws: Some(20_000),
+        };
+        let rates = GuessRates::PerTrial(vec![unseen; 5]);
+        let chance = chance_level(TestId::IncompleteCompletion, &rates, &[], 1);
+        assert_eq!(chance.level, Some(0.0));
+        assert_eq!(
+            format_chance(0.0, &chance.basis),
+            "< 3.4e-11 (Monte Carlo bound)",
+            "{}",
+            chance.basis
+        );
+        // An exact zero stays a probability, and a seen Monte Carlo rate is shown as estimated.
+        assert_eq!(format_chance(0.0, "exact (every joint guess enumerated)"), "< 1e-6");
+        let seen = GuessRates::PerTrial(vec![
+            TrialGuess {
+                rate: 0.5,
+                standard_error: 0.003,
+                draws: Some(20_000),
+            };
+            5
+        ]);
+        let chance = chance_level(TestId::IncompleteCompletion, &seen, &[], 1);
+        assert_eq!(format_chance(chance.level.unwrap(), &chance.basis), "0.500");
     }
 }

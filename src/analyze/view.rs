@@ -60,6 +60,17 @@ pub struct Analysis {
     pub likelihood: Vec<crate::store::LikelihoodCellRow>,
 }
 
+impl Analysis {
+    /// Each dataset's position in [`Analysis::datasets`] (the report's column order).
+    pub fn dataset_index(&self) -> std::collections::HashMap<&str, usize> {
+        self.datasets
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.id.as_str(), i))
+            .collect()
+    }
+}
+
 /// One cell's count against its chance level (SPEC §8 "Significance").
 #[derive(Debug, Clone, Serialize)]
 pub struct SignificanceCell {

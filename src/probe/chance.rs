@@ -298,6 +298,22 @@ pub fn passes_needed(test: TestId) -> usize {
     }
 }
 
+/// How a basis states the cell-level bound of a Monte Carlo level with unseen trials (read
+/// back by [`cell_bound`]).
+const CELL_BOUND: &str = "cell chance < ";
+
+/// The upper bound a Monte Carlo basis states for its cell (some trial's guessed lines never
+/// passed, so the estimate may be 0 while the draws only vouch for this much); `None` for
+/// every other basis.
+pub fn cell_bound(basis: &str) -> Option<f64> {
+    let at = basis.rfind(CELL_BOUND)? + CELL_BOUND.len();
+    let number: String = basis[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'))
+        .collect();
+    number.parse().ok()
+}
+
 /// When a Monte Carlo trial passed on none of its draws, its standard error is 0 by the
 /// formula; what the draws show is the rule-of-three bound `3 / draws` (95 %). `None` when
 /// every estimated trial saw a pass. Takes each trial's (rate, draws).
@@ -345,7 +361,19 @@ pub fn chance_level(
                     // its honest bound is the rule of three.
                     let unseen = match unseen_bound(rates.iter().map(|r| (r.rate, r.draws))) {
                         Some(bound) => {
-                            format!(" (a trial no line passed: rate < {bound:.1e} at 95 %)")
+                            // The cell's level under the same rule with every unseen trial
+                            // at its bound: what the draws can vouch for.
+                            let upper: Vec<f64> = rates
+                                .iter()
+                                .map(|r| match r.draws {
+                                    Some(d) if r.rate == 0.0 => 3.0 / d as f64,
+                                    _ => r.rate,
+                                })
+                                .collect();
+                            let cell = any_sample(at_least(&upper, need), samples);
+                            format!(
+                                " (a trial no line passed: rate < {bound:.1e} at 95 %; {CELL_BOUND}{cell:.1e})"
+                            )
                         }
                         None => String::new(),
                     };

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::analyze::Analysis;
 use crate::analyze::calibration::{Calibration, Rate, format_dose};
-use crate::analyze::evidence::format_probability;
+use crate::analyze::evidence::format_chance;
 use crate::probe::{TestId, TestKind};
 
 use super::svg::{self, DosePoint};
@@ -85,9 +85,10 @@ pub fn evidence_rows(analysis: &Analysis) -> Vec<EvidenceRow> {
                     (Some(echo), passed) if !answers => format!("{echo} of {passed}"),
                     _ => NONE.to_string(),
                 },
-                chance: e
-                    .chance
-                    .map_or_else(|| NONE.to_string(), format_probability),
+                chance: e.chance.map_or_else(
+                    || NONE.to_string(),
+                    |level| format_chance(level, e.chance_basis.as_deref().unwrap_or_default()),
+                ),
                 chance_basis: e.chance_basis.clone().unwrap_or_default(),
                 strict: if answers || e.skipped.is_some() {
                     NONE.to_string()

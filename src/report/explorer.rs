@@ -108,12 +108,7 @@ pub fn explorer(
         .enumerate()
         .map(|(i, s)| (&s.key, i))
         .collect();
-    let dataset_index: HashMap<&str, usize> = analysis
-        .datasets
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (d.id.as_str(), i))
-        .collect();
+    let dataset_index = analysis.dataset_index();
     let mut all: Vec<ExplorerSeries> = Vec::new();
     let mut anchors = Anchors {
         by_cell: HashMap::new(),

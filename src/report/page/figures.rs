@@ -55,12 +55,7 @@ pub(super) fn heatmaps(analysis: &Analysis, anchors: &Anchors) -> Vec<Heatmap> {
     let tests: Vec<_> = analysis.tests.iter().filter(|t| t.number <= 9).collect();
     let test_names: [String; 9] =
         std::array::from_fn(|i| tests.get(i).map_or_else(String::new, |t| t.name.clone()));
-    let dataset_index: HashMap<&str, usize> = analysis
-        .datasets
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (d.id.as_str(), i))
-        .collect();
+    let dataset_index = analysis.dataset_index();
     let dataset_names: Vec<String> = analysis.datasets.iter().map(|d| d.name.clone()).collect();
     let mut grids: BTreeMap<&SeriesKey, Vec<[Square; 9]>> = BTreeMap::new();
     for cell in &analysis.grid {

@@ -273,12 +273,7 @@ pub(super) fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {
 }
 
 pub(super) fn sample_rates(analysis: &Analysis) -> Vec<SampleRateTable> {
-    let dataset_index: HashMap<&str, usize> = analysis
-        .datasets
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (d.id.as_str(), i))
-        .collect();
+    let dataset_index = analysis.dataset_index();
     analysis
         .series
         .iter()
