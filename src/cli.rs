@@ -174,6 +174,10 @@ pub struct ContaminateArgs {
     /// Seeds the row selection and the data order.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Seconds between saves of the resume state (weights, optimizer moments, position in
+    /// the data order) besides every epoch's end; a killed run continues from the last save
+    #[arg(long, default_value_t = 300.0, value_name = "SECS")]
+    pub resume_every: f64,
     /// Series folder: epoch-001/, epoch-002/, … and loss.csv.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
