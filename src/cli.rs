@@ -436,6 +436,8 @@ pub enum ReportFormat {
     Latex,
     /// grid.csv, scores.csv and accuracy.csv.
     Csv,
+    /// report.md: Table 2 and the significance table as Markdown.
+    Md,
 }
 
 #[derive(Debug, Args)]
@@ -459,9 +461,11 @@ pub struct ReportArgs {
     /// says which.
     #[arg(long, value_name = "ID")]
     pub serialization: Option<String>,
-    /// Scoring profile: `paper` (default: the paper's rule) or `strict` (passing trials
+    /// Scoring profile: `paper` (default: the paper's rule), `strict` (passing trials
     /// that only echo their prompt do not count, and cells a knowledge-free model would
-    /// pass with probability ≥ 0.05 do not pass).
+    /// pass with probability ≥ 0.05 do not pass) or `fdr` (a cell of tests 1–9 passes only
+    /// with a Benjamini–Hochberg q-value < 0.05 across the report's cells; tests 1–6, which
+    /// have no p-value, never pass).
     #[arg(long, value_name = "PROFILE")]
     pub scoring: Option<String>,
     /// Print when the report was made (off by default: the same cache gives byte-identical
@@ -497,8 +501,17 @@ pub struct DiffArgs {
     #[command(flatten)]
     pub cache: CacheArgs,
     /// Print a JSON object instead of text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "md")]
     pub json: bool,
+    /// Print Markdown instead of text: the same summary, and one table of the cells listed
+    /// (gained, lost, accuracy in A and B) to paste into a README or a paper's supplement.
+    #[arg(long)]
+    pub md: bool,
+    /// List only cells whose verdict or accuracy changed: accuracy cells with the same share
+    /// of correct answers in A and B are left out (gained and lost cells are changes by
+    /// definition; the counts of cells only one side has stay).
+    #[arg(long)]
+    pub only_changed: bool,
 }
 
 /// The examples that end each subcommand's `--help`. Every line is a real command that works
@@ -591,7 +604,8 @@ Examples:
 Examples:
   tabcontam report
   tabcontam report --format html --out reports/demo
-  tabcontam report --format latex,csv --serialization colon --scoring strict";
+  tabcontam report --format latex,csv --serialization colon --scoring strict
+  tabcontam report --format md,json --scoring fdr";
 
     pub const COMPLETIONS: &str = "\
 Examples:
@@ -619,6 +633,7 @@ Examples:
   # after `tabcontam import-results ../shared/parity/paper-results`:
   tabcontam diff llama3 llama3.1
   tabcontam diff gpt4 gpt4o --json
+  tabcontam diff llama3 llama3.1 --md --only-changed
   # two runs (ids from `tabcontam status`):
   tabcontam diff --runs 3 4";
 }
