@@ -37,7 +37,8 @@ pub enum Command {
     /// show them beside your own models.
     #[command(after_help = examples::IMPORT_RESULTS)]
     ImportResults(ImportResultsArgs),
-    /// Render the scores, heatmaps and tables of the cache as JSON, HTML, LaTeX and CSV.
+    /// Render the scores, heatmaps and tables of the cache as JSON, HTML, LaTeX, CSV and
+    /// Markdown.
     #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
     /// Print a completion script for bash, zsh, fish, elvish or PowerShell to stdout.
@@ -603,9 +604,8 @@ Examples:
     pub const REPORT: &str = "\
 Examples:
   tabcontam report
-  tabcontam report --format html --out reports/demo
-  tabcontam report --format latex,csv --serialization colon --scoring strict
-  tabcontam report --format md,json --scoring fdr";
+  tabcontam report --format html,md --out reports/demo
+  tabcontam report --format latex,csv --serialization colon --scoring strict";
 
     pub const COMPLETIONS: &str = "\
 Examples:
@@ -632,8 +632,7 @@ Examples:
 Examples:
   # after `tabcontam import-results ../shared/parity/paper-results`:
   tabcontam diff llama3 llama3.1
-  tabcontam diff gpt4 gpt4o --json
-  tabcontam diff llama3 llama3.1 --md --only-changed
+  tabcontam diff gpt4 gpt4o --md --only-changed
   # two runs (ids from `tabcontam status`):
-  tabcontam diff --runs 3 4";
+  tabcontam diff --runs 3 4 --json";
 }

@@ -113,24 +113,24 @@ fn print_markdown(out: &mut impl Write, diff: &ModelDiff) -> std::io::Result<()>
     ] {
         for cell in cells {
             rows.push(vec![
-                cell_name(cell).into(),
+                Cell::markdown(cell_name_md(cell)),
                 a.into(),
                 b.into(),
                 change.into(),
             ]);
         }
     }
+    // Numbers and intervals are ours: written as they are (`[0.40, 0.60]`, not `\[…\]`).
     for change in &diff.accuracy {
         rows.push(vec![
-            cell_name(&change.cell).into(),
-            side(&change.a).into(),
-            side(&change.b).into(),
-            format!(
+            Cell::markdown(cell_name_md(&change.cell)),
+            Cell::markdown(side(&change.a)),
+            Cell::markdown(side(&change.b)),
+            Cell::markdown(format!(
                 "{:+.3}{}",
                 change.delta,
                 if change.separated { " *" } else { "" }
-            )
-            .into(),
+            )),
         ]);
     }
     if rows.is_empty() {
@@ -229,6 +229,21 @@ fn cell_name(cell: &DiffCell) -> String {
     };
     if let Some(serialization) = &cell.serialization {
         name.push_str(&format!(" [{serialization}]"));
+    }
+    if cell.seed != 0 {
+        name.push_str(&format!(" seed {}", cell.seed));
+    }
+    name
+}
+
+/// [`cell_name`] in Markdown: the ids and names escaped, the punctuation ours.
+fn cell_name_md(cell: &DiffCell) -> String {
+    let mut name = match &cell.model {
+        Some(model) => format!("{}: {} {}", escape(model), escape(&cell.dataset), cell.test),
+        None => format!("{} {}", escape(&cell.dataset), cell.test),
+    };
+    if let Some(serialization) = &cell.serialization {
+        name.push_str(&format!(" [{}]", escape(serialization)));
     }
     if cell.seed != 0 {
         name.push_str(&format!(" seed {}", cell.seed));

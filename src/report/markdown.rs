@@ -55,8 +55,9 @@ pub enum Align {
 }
 
 /// A GitHub-flavoured Markdown table: one header row, the alignment row, one row per entry
-/// of `rows`. Every header and cell is [`escape`]d; a row shorter than the header is padded
-/// with empty cells. `bold` cells are wrapped in `**` after escaping.
+/// of `rows`. Every header and every [`Cell::text`] is [`escape`]d ([`Cell::markdown`] is
+/// written as it is); a row shorter than the header is padded with empty cells. Bold cells
+/// are wrapped in `**` after escaping.
 pub fn table(columns: &[(&str, Align)], rows: &[Vec<Cell>]) -> String {
     let mut out = String::new();
     let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
@@ -75,9 +76,15 @@ pub fn table(columns: &[(&str, Align)], rows: &[Vec<Cell>]) -> String {
     for row in rows {
         let mut cells: Vec<String> = row
             .iter()
-            .map(|cell| match cell.bold && !cell.text.is_empty() {
-                true => format!("**{}**", escape(&cell.text)),
-                false => escape(&cell.text),
+            .map(|cell| {
+                let text = match cell.markdown {
+                    true => cell.text.clone(),
+                    false => escape(&cell.text),
+                };
+                match cell.bold && !text.is_empty() {
+                    true => format!("**{text}**"),
+                    false => text,
+                }
             })
             .collect();
         cells.resize(columns.len(), String::new());
@@ -86,25 +93,42 @@ pub fn table(columns: &[(&str, Align)], rows: &[Vec<Cell>]) -> String {
     out
 }
 
-/// One table cell: raw text (escaped by [`table`]) and whether it is bold.
+/// One table cell: text that [`table`] escapes (the default, for anything untrusted), or
+/// Markdown written as it is, and whether it is bold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cell {
-    pub text: String,
-    pub bold: bool,
+    text: String,
+    markdown: bool,
+    bold: bool,
 }
 
 impl Cell {
-    pub fn bold_if(text: impl Into<String>, bold: bool) -> Cell {
+    /// Text, escaped when written: model outputs, ids, labels, names.
+    pub fn text(text: impl Into<String>) -> Cell {
         Cell {
             text: text.into(),
-            bold,
+            markdown: false,
+            bold: false,
         }
+    }
+
+    /// Markdown of our own making, written as it is (numbers, intervals, untrusted parts
+    /// already [`escape`]d); it must hold no `|` or line break of its own.
+    pub fn markdown(markdown: impl Into<String>) -> Cell {
+        Cell {
+            markdown: true,
+            ..Cell::text(markdown)
+        }
+    }
+
+    pub fn bold(self, bold: bool) -> Cell {
+        Cell { bold, ..self }
     }
 }
 
 impl<T: Into<String>> From<T> for Cell {
     fn from(text: T) -> Cell {
-        Cell::bold_if(text, false)
+        Cell::text(text)
     }
 }
 
@@ -156,13 +180,13 @@ pub fn report(analysis: &Analysis, timestamp: Option<&str>) -> String {
                 Cell::from(r.rank.to_string()),
                 r.label.into(),
                 r.source.into(),
-                Cell::bold_if(r.contamination, r.best_contamination),
+                Cell::text(r.contamination).bold(r.best_contamination),
                 r.fraction.into(),
                 r.knowledge.into(),
                 r.memorization.into(),
-                Cell::bold_if(r.membership, r.best_membership),
-                Cell::bold_if(r.zero_shot, r.best_zero_shot),
-                Cell::bold_if(r.one_shot, r.best_one_shot),
+                Cell::text(r.membership).bold(r.best_membership),
+                Cell::text(r.zero_shot).bold(r.best_zero_shot),
+                Cell::text(r.one_shot).bold(r.best_one_shot),
             ];
             if sampled {
                 cells.push(r.sample_contamination.into());
@@ -291,11 +315,14 @@ mod tests {
     fn table_pads_short_rows_and_bolds_after_escaping() {
         let md = table(
             &[("A", Align::Left), ("B", Align::Right), ("C", Align::Left)],
-            &[vec![Cell::bold_if("x*y", true), "2".into()]],
+            &[
+                vec![Cell::text("x*y").bold(true), "2".into()],
+                vec![Cell::markdown("0.5 [0.4, 0.6] *"), Cell::text("")],
+            ],
         );
         assert_eq!(
             md,
-            "| A | B | C |\n| --- | ---: | --- |\n| **x\\*y** | 2 |  |\n"
+            "| A | B | C |\n| --- | ---: | --- |\n| **x\\*y** | 2 |  |\n| 0.5 [0.4, 0.6] * |  |  |\n"
         );
     }
 }
