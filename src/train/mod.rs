@@ -380,7 +380,7 @@ pub fn build_checkpoints(
         ));
     }
     let loss_path = settings.out.join(LOSS_FILE);
-    let mut loss_file = loss_log(&loss_path, resumed.as_ref().map_or(0, |p| p.step))?;
+    let mut loss_file = resume::loss_log(&loss_path, resumed.as_ref().map_or(0, |p| p.step))?;
 
     let started = Instant::now();
     let earlier_seconds = resumed.as_ref().map_or(0.0, |p| p.seconds);
@@ -476,7 +476,7 @@ pub fn build_checkpoints(
                 "epoch {epoch}/{} step {step}/{total_steps} loss {mean:.4} ({:.0} tokens/s, ETA {})",
                 settings.epochs,
                 tokens_trained as f64 / seconds.max(1e-9),
-                eta((total_steps - step) as f64 * per_step_seconds)
+                resume::eta((total_steps - step) as f64 * per_step_seconds)
             ));
             let epoch_done = (in_epoch + 1) * per_step >= order.len();
             if (last_save.elapsed() >= settings.resume_every || epoch_done) && step < total_steps {
@@ -549,37 +549,6 @@ pub fn build_checkpoints(
     }
     resume::clear(&settings.out)?;
     Ok(checkpoints)
-}
-
-/// `loss.csv`, keeping the lines of the first `keep_steps` steps (those a resumed run does
-/// not train again) and the header.
-fn loss_log(path: &Path, keep_steps: usize) -> Result<std::fs::File, TrainError> {
-    let mut kept = String::from("step,epoch,loss,tokens,seconds\n");
-    if keep_steps > 0 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let step: Option<usize> = line.split(',').next().and_then(|s| s.parse().ok());
-            if step.is_some_and(|s| s <= keep_steps) {
-                kept.push_str(line);
-                kept.push('\n');
-            }
-        }
-    }
-    std::fs::write(path, kept).map_err(|e| TrainError::io(path, e))?;
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .map_err(|e| TrainError::io(path, e))
-}
-
-/// `1h02m`, `3m05s`, `12s`.
-fn eta(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    match (s / 3600, s % 3600 / 60, s % 60) {
-        (0, 0, sec) => format!("{sec}s"),
-        (0, min, sec) => format!("{min}m{sec:02}s"),
-        (h, min, _) => format!("{h}h{min:02}m"),
-    }
 }
 
 /// Writes weights, config and tokenizer into a fresh folder, then the manifest with the

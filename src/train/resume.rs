@@ -159,3 +159,34 @@ pub fn clear(series: &Path) -> Result<(), TrainError> {
     }
     Ok(())
 }
+
+/// `loss.csv`, keeping the lines of the first `keep_steps` steps (those a resumed run does
+/// not train again) and the header.
+pub(super) fn loss_log(path: &Path, keep_steps: usize) -> Result<std::fs::File, TrainError> {
+    let mut kept = String::from("step,epoch,loss,tokens,seconds\n");
+    if keep_steps > 0 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let step: Option<usize> = line.split(',').next().and_then(|s| s.parse().ok());
+            if step.is_some_and(|s| s <= keep_steps) {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+    }
+    std::fs::write(path, kept).map_err(|e| TrainError::io(path, e))?;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| TrainError::io(path, e))
+}
+
+/// `1h02m`, `3m05s`, `12s`.
+pub(super) fn eta(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, min, sec) => format!("{min}m{sec:02}s"),
+        (h, min, _) => format!("{h}h{min:02}m"),
+    }
+}
