@@ -8,12 +8,17 @@
 //! (`TABCONTAM_CI=1`, see `support/skip.rs`; scripts/ci-install-report-tools.sh installs
 //! them), where their absence fails the test.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/skip.rs"]
 mod skip;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use cli_env::Env;
 use tabcontam::analyze::{Analysis, Options, analyze_store};
 use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, Response};
 use tabcontam::probe::{CellResult, Expected, TestId, TrialVerdict, aggregate};
@@ -539,17 +544,11 @@ fn report_html_loads_in_chromium_without_console_errors() {
 #[test]
 fn same_cache_gives_byte_identical_reports() {
     let (tmp, cache, _a) = synthetic();
+    let env = Env::new();
     let run = |out: &Path, extra: &[&str]| {
-        let status = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .arg("report")
-            .arg("--cache")
-            .arg(&cache)
-            .arg("--out")
-            .arg(out)
-            .args(extra)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let mut args = vec!["report", "--cache", cache.to_str().unwrap()];
+        args.extend(["--out", out.to_str().unwrap()].iter().chain(extra));
+        env.ok(&args);
     };
     let (first, second) = (tmp.path().join("first"), tmp.path().join("second"));
     run(&first, &[]);
@@ -583,14 +582,15 @@ fn same_cache_gives_byte_identical_reports() {
 
 #[test]
 fn report_without_cache_says_what_to_do() {
-    let tmp = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(["report", "--cache"])
-        .arg(tmp.path().join("missing.sqlite"))
-        .arg("--out")
-        .arg(tmp.path().join("out"))
-        .output()
-        .unwrap();
+    let env = Env::new();
+    let (missing, out) = (env.path("missing.sqlite"), env.path("out"));
+    let output = env.run(&[
+        "report",
+        "--cache",
+        missing.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
