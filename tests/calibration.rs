@@ -3,6 +3,10 @@
 //! dataset, and a real `tabcontam run` of local models (a tiny llama written by the test)
 //! whose exposure is declared by spec keys and by a checkpoint manifest.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/tiny_llama.rs"]
 mod tiny_llama;
 
@@ -352,26 +356,36 @@ base = "base"
 /// a run that was never interrupted.
 #[test]
 fn a_killed_contaminate_resumes_and_writes_the_uninterrupted_checkpoint() {
-    use std::process::{Command, Stdio};
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("tiny");
+    use std::process::Stdio;
+    let env = cli_env::Env::new();
+    let model = env.path("tiny");
     tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
-    let home = dir.path().join("home");
     let contaminate = |out: &std::path::Path| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tabcontam"));
+        let mut command = env.command(&[
+            "contaminate",
+            "--dataset",
+            "iris",
+            "--epochs",
+            "6",
+            "--seq-len",
+            "48",
+            "--batch-size",
+            "2",
+            "--lr",
+            "1e-3",
+            "--resume-every",
+            "0",
+        ]);
         command
-            .args(["contaminate", "--dataset", "iris", "--epochs", "6"])
-            .args(["--seq-len", "48", "--batch-size", "2", "--lr", "1e-3"])
-            .args(["--resume-every", "0", "--model"])
+            .arg("--model")
             .arg(&model)
             .arg("--out")
             .arg(out)
-            .env("TABCONTAM_HOME", &home)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         command
     };
-    let whole = dir.path().join("whole");
+    let whole = env.path("whole");
     let done = contaminate(&whole).output().unwrap();
     assert!(
         done.status.success(),
@@ -379,7 +393,7 @@ fn a_killed_contaminate_resumes_and_writes_the_uninterrupted_checkpoint() {
         String::from_utf8_lossy(&done.stderr)
     );
 
-    let killed = dir.path().join("killed");
+    let killed = env.path("killed");
     let mut child = contaminate(&killed).spawn().unwrap();
     let state = killed.join("resume").join("state.json");
     let saved_step = loop {

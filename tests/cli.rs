@@ -1,36 +1,24 @@
 //! The command line as a user meets it: completion scripts, and the examples that end every
 //! subcommand's `--help` (each one parses, and those that need no model or network run).
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use clap::{CommandFactory, Parser};
+use cli_env::{Env, succeeded};
 use tabcontam::cli::Cli;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Runs the binary from the repository root (where the examples are meant to be typed) with a
 /// private user data directory and a private default cache.
-fn tabcontam(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(args)
-        .current_dir(REPO)
-        .env("TABCONTAM_HOME", home)
-        .env("TABCONTAM_CACHE", home.join("cache.sqlite"))
-        .env_remove("TABCONTAM_DATA_DIR")
-        .env_remove("XDG_DATA_HOME")
-        .output()
-        .unwrap()
-}
-
-fn stdout_of(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "exit {:?}: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone()).unwrap()
+fn env() -> Env {
+    Env::new().default_cache().current_dir(REPO)
 }
 
 /// Every subcommand path (`["datasets", "list"]`, `["run"]`, …), clap's `help` excluded.
@@ -72,13 +60,13 @@ fn example_args(example: &str) -> Vec<&str> {
 
 #[test]
 fn every_subcommand_help_ends_with_examples_that_parse() {
-    let home = tempfile::tempdir().unwrap();
+    let env = env();
     let paths = subcommand_paths();
     assert!(paths.len() >= 13, "{paths:?}");
     for path in &paths {
         let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
         args.push("--help");
-        let help = stdout_of(&tabcontam(home.path(), &args));
+        let help = env.ok(&args);
         let examples = examples_in(&help);
         assert!(
             (2..=3).contains(&examples.len()),
@@ -110,13 +98,13 @@ fn every_subcommand_help_ends_with_examples_that_parse() {
 /// for real from the repository root and succeed.
 #[test]
 fn model_free_examples_run() {
-    let home = tempfile::tempdir().unwrap();
+    let env = env();
     let shared = Path::new(REPO).join("../shared");
     let mut ran = Vec::new();
     for path in subcommand_paths() {
         let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
         args.push("--help");
-        let help = stdout_of(&tabcontam(home.path(), &args));
+        let help = env.ok(&args);
         for example in examples_in(&help) {
             let argv = example_args(&example);
             let runnable = matches!(
@@ -133,8 +121,7 @@ fn model_free_examples_run() {
                 );
                 continue;
             }
-            let output = tabcontam(home.path(), &argv[1..]);
-            let stdout = stdout_of(&output);
+            let stdout = env.ok(&argv[1..]);
             assert!(!stdout.trim().is_empty(), "`{example}` printed nothing");
             ran.push(example);
         }
@@ -146,8 +133,8 @@ fn model_free_examples_run() {
 
 #[test]
 fn bash_completion_names_every_subcommand_and_is_valid_bash() {
-    let home = tempfile::tempdir().unwrap();
-    let script = stdout_of(&tabcontam(home.path(), &["completions", "bash"]));
+    let env = env();
+    let script = env.ok(&["completions", "bash"]);
     for path in subcommand_paths() {
         let name = path.last().unwrap();
         assert!(script.contains(name.as_str()), "no `{name}` in:\n{script}");
@@ -156,7 +143,7 @@ fn bash_completion_names_every_subcommand_and_is_valid_bash() {
     for flag in ["--dataset", "--serialization", "--offline", "--format"] {
         assert!(script.contains(flag), "no `{flag}`");
     }
-    let file = home.path().join("tabcontam.bash");
+    let file = env.path("tabcontam.bash");
     std::fs::write(&file, &script).unwrap();
     let check = Command::new("bash").arg("-n").arg(&file).output().unwrap();
     assert!(
@@ -173,7 +160,7 @@ fn bash_completion_names_every_subcommand_and_is_valid_bash() {
         ))
         .output()
         .unwrap();
-    let registered = stdout_of(&registered);
+    let registered = succeeded(&registered);
     assert!(registered.contains("tabcontam"), "{registered}");
     // And it completes: `tabcontam d<TAB>` and `tabcontam prompts --se<TAB>`, as bash calls
     // the function (COMP_WORDS / COMP_CWORD, then command, current word, previous word).
@@ -189,7 +176,7 @@ fn bash_completion_names_every_subcommand_and_is_valid_bash() {
         ))
         .output()
         .unwrap();
-    let completed = stdout_of(&completed);
+    let completed = succeeded(&completed);
     let lines: Vec<&str> = completed.lines().collect();
     assert_eq!(
         lines,
@@ -200,7 +187,7 @@ fn bash_completion_names_every_subcommand_and_is_valid_bash() {
 
 #[test]
 fn zsh_fish_elvish_and_powershell_scripts_are_generated() {
-    let home = tempfile::tempdir().unwrap();
+    let env = env();
     for (shell, marker) in [
         ("zsh", "#compdef tabcontam"),
         ("fish", "complete -c tabcontam"),
@@ -209,7 +196,7 @@ fn zsh_fish_elvish_and_powershell_scripts_are_generated() {
         // Shell names are case-insensitive.
         ("Fish", "complete -c tabcontam"),
     ] {
-        let script = stdout_of(&tabcontam(home.path(), &["completions", shell]));
+        let script = env.ok(&["completions", shell]);
         assert!(script.contains(marker), "{shell}: no `{marker}`");
         assert!(script.contains("import-results"), "{shell}");
     }
@@ -217,8 +204,8 @@ fn zsh_fish_elvish_and_powershell_scripts_are_generated() {
 
 #[test]
 fn unknown_shell_is_a_one_line_error() {
-    let home = tempfile::tempdir().unwrap();
-    let output = tabcontam(home.path(), &["completions", "tcsh"]);
+    let env = env();
+    let output = env.run(&["completions", "tcsh"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(output.stdout.is_empty());
     let stderr = String::from_utf8(output.stderr).unwrap();
@@ -229,7 +216,7 @@ fn unknown_shell_is_a_one_line_error() {
     );
     assert!(stderr.contains("bash, zsh, fish"), "{stderr}");
     // No shell at all is clap's usage error.
-    let output = tabcontam(home.path(), &["completions"]);
+    let output = env.run(&["completions"]);
     assert_eq!(output.status.code(), Some(2));
 }
 
@@ -238,8 +225,8 @@ fn unknown_shell_is_a_one_line_error() {
 /// and clap refuses others.
 #[test]
 fn contaminate_help_lists_every_window_layout() {
-    let home = tempfile::tempdir().unwrap();
-    let help = stdout_of(&tabcontam(home.path(), &["contaminate", "--help"]));
+    let env = env();
+    let help = env.ok(&["contaminate", "--help"]);
     for layout in ["packed", "rows", "mixed"] {
         assert!(
             help.contains(layout),

@@ -4,12 +4,16 @@
 //! passes on that dataset, and not on another dataset, nor on the untrained base model.
 //! Nothing is hard-coded: the trainer, the checkpoint loader and the tests all run.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/tiny_llama.rs"]
 mod tiny_llama;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use cli_env::Env;
 use tabcontam::store::Store;
 
 /// Invented rows: no pretraining corpus holds them, and every row differs early.
@@ -33,44 +37,6 @@ gneiss,grey,8,fine,west
 flint,brown,27,coarse,north
 slate,blue,11,medium,south
 ";
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Env {
-    /// `TABCONTAM_KEEP_TEST_DIR=1` keeps the models, checkpoints and cache for a look.
-    fn drop(&mut self) {
-        if std::env::var_os("TABCONTAM_KEEP_TEST_DIR").is_some() {
-            let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-            eprintln!("kept {}", dir.keep().display());
-        }
-    }
-}
-
-impl Env {
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .args(args)
-            .env("TABCONTAM_HOME", self.dir.path().join("home"))
-            .env_remove("TABCONTAM_DATA_DIR")
-            .env_remove("TABCONTAM_CACHE")
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
-        stdout
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
 
 fn import(env: &Env, name: &str, csv: &str, target: &str) {
     let file = env.path(&format!("{name}.csv"));
@@ -149,9 +115,7 @@ fn contaminate_args(base: &Path, series: &Path, rows: &str, epochs: &str) -> Vec
 /// shows rows out of order (incomplete completion), writes the wrong row.
 #[test]
 fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
-    let env = Env {
-        dir: tempfile::tempdir().unwrap(),
-    };
+    let env = Env::new();
     import(&env, "tiny-orchard", ORCHARD, "kind");
     import(&env, "tiny-quarry", QUARRY, "class");
     let base = tiny_base(&env);
@@ -322,9 +286,7 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
 /// on must score as members against the held-out rows (AUROC well above 0.5).
 #[test]
 fn likelihood_detectors_tell_rows_trained_on_from_held_out_rows() {
-    let env = Env {
-        dir: tempfile::tempdir().unwrap(),
-    };
+    let env = Env::new();
     import(&env, "tiny-orchard", ORCHARD, "kind");
     let base = tiny_base(&env);
     let series = env.path("series");

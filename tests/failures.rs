@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use cli_env::Env;
+use cli_env::{Env, json, one_line_error, succeeded, text};
 use mock_server::MockConfig;
 use tabcontam::store::Store;
 
@@ -40,20 +40,9 @@ impl OnCache for Env {
 
     fn status(&self) -> serde_json::Value {
         let out = self.run_on_cache(&["status", "--json"]);
-        assert!(out.status.success(), "{:?}", text(&out));
+        succeeded(&out);
         json(&out)
     }
-}
-
-fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn json(output: &Output) -> serde_json::Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", text(output)))
 }
 
 const HEADER: &str = "name = \"mini\"\nseed = 0\ndatasets = [\"iris\", \"titanic\"]\n\
@@ -105,10 +94,7 @@ fn last_run(status: &serde_json::Value) -> &serde_json::Value {
 /// Asserts a failed run: exit code 1, the reason as the only stderr line (with `--json`),
 /// and `status --json` showing the run `failed` with that reason.
 fn assert_failed_run(env: &Env, out: &Output, needles: &[&str]) -> serde_json::Value {
-    let (stdout, stderr) = text(out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "one error line: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    one_line_error(out, needles);
     let summary = json(out);
     assert_eq!(summary["status"], "failed", "{summary}");
     let status = env.status();
@@ -119,7 +105,6 @@ fn assert_failed_run(env: &Env, out: &Output, needles: &[&str]) -> serde_json::V
     assert!(!reason.contains('\n'), "{reason}");
     assert_eq!(summary["reason"], reason);
     for needle in needles {
-        assert!(stderr.contains(needle), "`{needle}` missing from: {stderr}");
         assert!(reason.contains(needle), "`{needle}` missing from: {reason}");
     }
     status
@@ -195,7 +180,7 @@ fn remote_answers_are_stored_and_decided_when_a_local_model_fails() {
         "--offline",
         "--json",
     ]);
-    assert!(alone.status.success(), "{:?}", text(&alone));
+    succeeded(&alone);
     let alone = json(&alone);
     assert_eq!(alone["cells_decided"].as_u64().unwrap(), decided);
     assert_eq!(alone["cells_incomplete"], 0);
@@ -301,7 +286,7 @@ fn remote_and_local_models_of_one_spec_run_at_the_same_time() {
     let env = Env::new().var(KEY_ENV, "sk-test");
     // Slow enough that the remote model takes seconds: 214 requests, 4 at a time, 80 ms.
     let server = env.server(MockConfig::new().latency(Duration::from_millis(80)));
-    let model = env.dir.path().join("tiny");
+    let model = env.path("tiny");
     tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
     let spec = env.spec(
         "mini.toml",
@@ -312,7 +297,7 @@ fn remote_and_local_models_of_one_spec_run_at_the_same_time() {
         ),
     );
     let out = env.run_on_cache(&["run", spec.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    succeeded(&out);
     let summary = json(&out);
     assert_eq!(summary["models"]["tiny"]["sent"], PER_MODEL);
     assert_eq!(summary["models"]["mock-base"]["sent"], PER_MODEL);
@@ -382,7 +367,7 @@ fn the_workflow_is_one_library_call() {
     use tabcontam::run::workflow::{RunSettings, run_experiment};
     use tabcontam::store::RunStatus;
     let env = Env::new().var(KEY_ENV, "sk-test");
-    let model = env.dir.path().join("tiny");
+    let model = env.path("tiny");
     tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
     let spec = env.spec(
         "mini.toml",

@@ -1,11 +1,16 @@
 //! `import-results --format paper`: the paper's published per-cell results reproduce its
 //! Table 2 (contamination and membership rows, all 15 models) through the analytics.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/skip.rs"]
 mod skip;
 
 use std::path::PathBuf;
 
+use cli_env::Env;
 use tabcontam::analyze::paper::{PAPER_SOURCE, read_paper_results};
 use tabcontam::analyze::{Analysis, Options, analyze_store};
 use tabcontam::store::Store;
@@ -109,47 +114,23 @@ fn paper_results_reproduce_table_2() {
     assert_eq!((ranked[0].passed, ranked[0].cells), (49, 81));
 }
 
-fn tabcontam(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// The user's path: `import-results` then `report`; scores.json has Table 2's rows.
 #[test]
 fn cli_import_then_report_gives_table_2_in_scores_json() {
     let Some(dir) = paper_dir() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let cache = tmp.path().join("cache.sqlite");
-    let out = tmp.path().join("reports");
-    let import = tabcontam(&[
-        "import-results".as_ref(),
-        dir.as_os_str(),
-        "--format".as_ref(),
-        "paper".as_ref(),
-        "--cache".as_ref(),
-        cache.as_os_str(),
+    let env = Env::new();
+    let (cache, out) = (env.path("cache.sqlite"), env.path("reports"));
+    let [papers, cache_arg, out_arg] = [&dir, &cache, &out].map(|p| p.to_str().unwrap());
+    let stdout = env.ok(&[
+        "import-results",
+        papers,
+        "--format",
+        "paper",
+        "--cache",
+        cache_arg,
     ]);
-    assert!(
-        import.status.success(),
-        "{}",
-        String::from_utf8_lossy(&import.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&import.stdout);
     assert!(stdout.contains("imported 16 models"), "{stdout}");
-    let report = tabcontam(&[
-        "report".as_ref(),
-        "--cache".as_ref(),
-        cache.as_os_str(),
-        "--out".as_ref(),
-        out.as_os_str(),
-    ]);
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
+    env.ok(&["report", "--cache", cache_arg, "--out", out_arg]);
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("scores.json")).unwrap()).unwrap();
@@ -197,13 +178,7 @@ fn cli_import_then_report_gives_table_2_in_scores_json() {
     );
 
     // Importing again changes nothing.
-    let again = tabcontam(&[
-        "import-results".as_ref(),
-        dir.as_os_str(),
-        "--cache".as_ref(),
-        cache.as_os_str(),
-    ]);
-    assert!(again.status.success());
+    env.ok(&["import-results", papers, "--cache", cache_arg]);
     let store = Store::open_read_only(&cache).unwrap();
     assert_eq!(
         store.cells().unwrap().len(),
@@ -215,8 +190,8 @@ fn cli_import_then_report_gives_table_2_in_scores_json() {
 #[test]
 fn import_refuses_to_relabel_own_models_and_takes_a_prefix() {
     let Some(dir) = paper_dir() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let cache = tmp.path().join("cache.sqlite");
+    let env = Env::new();
+    let cache = env.path("cache.sqlite");
     {
         let mut store = Store::open(&cache).unwrap();
         store
@@ -237,11 +212,11 @@ fn import_refuses_to_relabel_own_models_and_takes_a_prefix() {
             })
             .unwrap();
     }
-    let refused = tabcontam(&[
-        "import-results".as_ref(),
-        dir.as_os_str(),
-        "--cache".as_ref(),
-        cache.as_os_str(),
+    let refused = env.run(&[
+        "import-results",
+        dir.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
     ]);
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -250,19 +225,14 @@ fn import_refuses_to_relabel_own_models_and_takes_a_prefix() {
         "{stderr}"
     );
 
-    let prefixed = tabcontam(&[
-        "import-results".as_ref(),
-        dir.as_os_str(),
-        "--id-prefix".as_ref(),
-        "paper-".as_ref(),
-        "--cache".as_ref(),
-        cache.as_os_str(),
+    env.ok(&[
+        "import-results",
+        dir.to_str().unwrap(),
+        "--id-prefix",
+        "paper-",
+        "--cache",
+        cache.to_str().unwrap(),
     ]);
-    assert!(
-        prefixed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&prefixed.stderr)
-    );
     let store = Store::open_read_only(&cache).unwrap();
     let models = store.models().unwrap();
     assert_eq!(

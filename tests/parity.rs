@@ -1,10 +1,15 @@
 //! `tabcontam parity`: agreement targets on the conformance data, and error reporting.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/skip.rs"]
 mod skip;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use cli_env::{Env, one_line_error};
 
 /// The conformance data lives next to the checkout (`../shared/parity`); it is not shipped.
 /// `None` after a skip (a failure in CI).
@@ -17,24 +22,10 @@ fn parity_dir() -> Option<PathBuf> {
     skip::require(dir, |d| d.join("algorithm1.jsonl").is_file(), why)
 }
 
-fn tabcontam(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(args)
-        .output()
-        .expect("tabcontam runs")
-}
-
 /// Runs `parity --json` and returns (algorithm1 agree, algorithm2 agree, full JSON).
 fn parity_json(dir: &Path, profile: &str) -> (u64, u64, serde_json::Value) {
     let dir = dir.to_str().expect("UTF-8 path");
-    let output = tabcontam(&["parity", dir, "--json", "--profile", profile]);
-    assert!(
-        output.status.success(),
-        "parity failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("parity --json prints JSON");
+    let json = Env::new().json(&["parity", dir, "--json", "--profile", profile]);
     let agree = |algorithm: &str| json[algorithm]["agree"].as_u64().expect("agree count");
     (agree("algorithm1"), agree("algorithm2"), json)
 }
@@ -72,12 +63,18 @@ fn json_output_has_the_documented_shape() {
     }
 }
 
-/// A parity directory with hand-written records (no conformance data copied).
-fn write_dir(words: &str, rows: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("algorithm1.jsonl"), words).expect("write");
-    std::fs::write(dir.path().join("algorithm2.jsonl"), rows).expect("write");
-    dir
+/// An environment whose folder ([`records`]) holds hand-written records (no conformance
+/// data copied).
+fn with_records(words: &str, rows: &str) -> Env {
+    let env = Env::new();
+    env.file("algorithm1.jsonl", words);
+    env.file("algorithm2.jsonl", rows);
+    env
+}
+
+/// The folder of the environment's records.
+fn records(env: &Env) -> &str {
+    env.dir.path().to_str().expect("UTF-8 path")
 }
 
 const WORD_RECORD: &str = r#"{"model":"m","test":"FEATURES UNINFORMED TEST","dataset":"d","output":"age, fnlwgt","expected":["age","fnlwgt"],"verdict":true,"reference_replay":true}"#;
@@ -86,17 +83,14 @@ const ROW_RECORD: &str = r#"{"model":"m","test":"COMPLETION FEATURE TEST","datas
 
 #[test]
 fn hand_written_records_are_judged_and_disagreements_listed() {
-    let dir = write_dir(&format!("{WORD_RECORD}\n\n{NAME_RECORD}\n"), ROW_RECORD);
-    let path = dir.path().to_str().expect("UTF-8 path");
-    let output = tabcontam(&["parity", path, "--json"]);
-    assert!(output.status.success());
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let env = with_records(&format!("{WORD_RECORD}\n\n{NAME_RECORD}\n"), ROW_RECORD);
+    let json = env.json(&["parity", records(&env), "--json"]);
     assert_eq!(json["algorithm1"]["agree"], 1);
     assert_eq!(json["algorithm1"]["total"], 2);
     assert_eq!(json["algorithm2"]["agree"], 1);
     assert_eq!(json["algorithm2"]["total"], 1);
 
-    let text = tabcontam(&["parity", path]);
+    let text = env.run(&["parity", records(&env)]);
     let stdout = String::from_utf8_lossy(&text.stdout);
     assert!(stdout.contains("algorithm1: 1/2"), "{stdout}");
     assert!(stdout.contains("algorithm2: 1/1"), "{stdout}");
@@ -106,19 +100,16 @@ fn hand_written_records_are_judged_and_disagreements_listed() {
 
 #[test]
 fn malformed_jsonl_names_file_and_line() {
-    let dir = write_dir(&format!("{WORD_RECORD}\n{{\"model\": oops\n"), ROW_RECORD);
-    let output = tabcontam(&["parity", dir.path().to_str().expect("UTF-8 path")]);
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("algorithm1.jsonl:2"), "{stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    let env = with_records(&format!("{WORD_RECORD}\n{{\"model\": oops\n"), ROW_RECORD);
+    let output = env.run(&["parity", records(&env)]);
+    one_line_error(&output, &["algorithm1.jsonl:2"]);
 }
 
 #[test]
 fn missing_file_is_named() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("algorithm1.jsonl"), WORD_RECORD).expect("write");
-    let output = tabcontam(&["parity", dir.path().to_str().expect("UTF-8 path")]);
+    let env = Env::new();
+    env.file("algorithm1.jsonl", WORD_RECORD);
+    let output = env.run(&["parity", records(&env)]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("algorithm2.jsonl"), "{stderr}");
@@ -127,8 +118,8 @@ fn missing_file_is_named() {
 #[test]
 fn unknown_test_name_is_an_error() {
     let record = WORD_RECORD.replace("FEATURES UNINFORMED TEST", "SOMETHING ELSE");
-    let dir = write_dir(&record, ROW_RECORD);
-    let output = tabcontam(&["parity", dir.path().to_str().expect("UTF-8 path")]);
+    let env = with_records(&record, ROW_RECORD);
+    let output = env.run(&["parity", records(&env)]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("algorithm1.jsonl:1"), "{stderr}");
@@ -137,22 +128,17 @@ fn unknown_test_name_is_an_error() {
 
 #[test]
 fn unknown_profile_is_an_error() {
-    let dir = write_dir(WORD_RECORD, ROW_RECORD);
-    let path = dir.path().to_str().expect("UTF-8 path");
-    let output = tabcontam(&["parity", path, "--profile", "enchant"]);
+    let env = with_records(WORD_RECORD, ROW_RECORD);
+    let output = env.run(&["parity", records(&env), "--profile", "enchant"]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("paper"));
 }
 
 #[test]
 fn dictionary_override_that_lacks_the_files_is_reported() {
-    let dir = write_dir(WORD_RECORD, ROW_RECORD);
     let empty = tempfile::tempdir().expect("temp dir");
-    let output = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(["parity", dir.path().to_str().expect("UTF-8 path")])
-        .env("TABCONTAM_DICTIONARY_DIR", empty.path())
-        .output()
-        .expect("tabcontam runs");
+    let env = with_records(WORD_RECORD, ROW_RECORD).var("TABCONTAM_DICTIONARY_DIR", empty.path());
+    let output = env.run(&["parity", records(&env)]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("en_US.aff"), "{stderr}");

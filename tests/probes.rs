@@ -1,8 +1,14 @@
 //! The twelve probes on a small hand-made dataset: pinned prompts (snapshots) and the
 //! properties every draw must keep (determinism, balance, constraints of SPEC §2).
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
+
 use std::path::{Path, PathBuf};
 
+use cli_env::Env;
 use tabcontam::dataset::catalog::{Catalog, builtin_descriptors};
 use tabcontam::dataset::descriptor::{ClassAnswer, Classification};
 use tabcontam::dataset::{Column, ColumnKind, Dataset, Serialization, Table};
@@ -665,28 +671,21 @@ fn spec_selects_the_variant() {
 /// `tabcontam prompts --variant paper-code` shows the authors' variant of test 9 on wine.
 #[test]
 fn prompts_command_shows_either_variant() {
+    let env = Env::new();
     let prompts = |variant: &str| {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .args([
-                "prompts",
-                "--dataset",
-                "wine",
-                "--test",
-                "feature-completion",
-            ])
-            .args(["--variant", variant, "--json", "--data-dir", SHIPPED_DIR])
-            .env(
-                "TABCONTAM_HOME",
-                std::env::temp_dir().join("tabcontam-probes-home"),
-            )
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice::<Vec<probe::Prompt>>(&output.stdout).unwrap()
+        let stdout = env.ok(&[
+            "prompts",
+            "--dataset",
+            "wine",
+            "--test",
+            "feature-completion",
+            "--variant",
+            variant,
+            "--json",
+            "--data-dir",
+            SHIPPED_DIR,
+        ]);
+        serde_json::from_str::<Vec<probe::Prompt>>(&stdout).unwrap()
     };
     let paper = prompts("paper");
     let code = prompts("paper-code");
@@ -705,18 +704,15 @@ fn prompts_command_shows_either_variant() {
             .text
             .contains("The target is ___, The alcohol is 14.23,")
     );
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args([
-            "prompts",
-            "--dataset",
-            "wine",
-            "--test",
-            "9",
-            "--variant",
-            "code",
-        ])
-        .output()
-        .unwrap();
+    let output = env.run(&[
+        "prompts",
+        "--dataset",
+        "wine",
+        "--test",
+        "9",
+        "--variant",
+        "code",
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -8,6 +8,10 @@
 //! test is skipped, except in CI (`TABCONTAM_CI=1`, see `support/skip.rs`), where their
 //! absence fails it.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -16,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cli_env::{Env, describe};
 use tabcontam::llm::client::{Balance, Client, ClientConfig};
 use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, Response};
 
@@ -226,37 +231,28 @@ async fn llama_server_sampled_run_gives_distinct_samples_and_per_cell_rates() {
     let Some((binary, model)) = server_assets() else {
         return;
     };
-    let dir = tempfile::tempdir().expect("temporary directory");
+    let env = Env::new();
     let port = free_loopback_port();
-    let mut server = start_server(&binary, &model, port, dir.path());
+    let mut server = start_server(&binary, &model, port, env.dir.path());
     wait_until_ready(&mut server, port).await;
 
-    let spec = dir.path().join("sampled.toml");
-    std::fs::write(
-        &spec,
-        format!(
+    let spec = env.spec(
+        "sampled.toml",
+        &format!(
             "name = \"sampled-llama\"\nseed = 0\ndatasets = [\"iris\"]\n\
              tests = [\"feature-list-uninformed\", \"recognition-features\", \"recognition-examples\"]\n\
              [[models]]\nid = \"smollm2-sampled\"\nbackend = \"openai-compatible\"\napi = \"completions\"\n\
              model = \"{MODEL_NAME}\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nconcurrency = 2\n\
              timeout_s = 300\ntemperature = 0.8\nsamples = 5\n"
         ),
-    )
-    .unwrap();
-    let cache = dir.path().join("cache.sqlite");
+    );
+    let cache = env.path("cache.sqlite");
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .args(args)
-            .env("TABCONTAM_HOME", dir.path().join("home"))
-            .env_remove("TABCONTAM_DATA_DIR")
-            .env_remove("TABCONTAM_CACHE")
-            .output()
-            .unwrap();
+        let out = env.run(args);
         assert!(
             out.status.success(),
-            "{args:?}: {}\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
+            "{args:?}: {}\n{}",
+            describe(&out),
             server.log_tail()
         );
         out
@@ -315,7 +311,7 @@ async fn llama_server_sampled_run_gives_distinct_samples_and_per_cell_rates() {
     }
     drop(store);
 
-    let report = dir.path().join("report");
+    let report = env.path("report");
     cli(&[
         "report",
         "--cache",

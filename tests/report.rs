@@ -8,6 +8,8 @@
 //! (`TABCONTAM_CI=1`, see `support/skip.rs`; scripts/ci-install-report-tools.sh installs
 //! them), where their absence fails the test.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
 #[path = "support/mock_server.rs"]
 mod mock_server;
 #[path = "support/skip.rs"]
@@ -16,6 +18,7 @@ mod skip;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use cli_env::Env;
 use tabcontam::analyze::{Analysis, Options, analyze_store};
 use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, Response};
 use tabcontam::probe::{CellResult, Expected, TestId, TrialVerdict, aggregate};
@@ -598,17 +601,11 @@ fn report_html_loads_in_chromium_without_console_errors() {
 #[test]
 fn same_cache_gives_byte_identical_reports() {
     let (tmp, cache, _a) = synthetic();
+    let env = Env::new();
     let run = |out: &Path, extra: &[&str]| {
-        let status = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .arg("report")
-            .arg("--cache")
-            .arg(&cache)
-            .arg("--out")
-            .arg(out)
-            .args(extra)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let mut args = vec!["report", "--cache", cache.to_str().unwrap()];
+        args.extend(["--out", out.to_str().unwrap()].iter().chain(extra));
+        env.ok(&args);
     };
     let (first, second) = (tmp.path().join("first"), tmp.path().join("second"));
     run(&first, &[]);
@@ -642,14 +639,15 @@ fn same_cache_gives_byte_identical_reports() {
 
 #[test]
 fn report_without_cache_says_what_to_do() {
-    let tmp = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(["report", "--cache"])
-        .arg(tmp.path().join("missing.sqlite"))
-        .arg("--out")
-        .arg(tmp.path().join("out"))
-        .output()
-        .unwrap();
+    let env = Env::new();
+    let (missing, out) = (env.path("missing.sqlite"), env.path("out"));
+    let output = env.run(&[
+        "report",
+        "--cache",
+        missing.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -1180,10 +1178,9 @@ fn paper_grid_report_size() {
 /// significance table as Markdown.
 #[test]
 fn fdr_scoring_and_report_md_on_a_run_with_chance_levels() {
-    use mock_server::{Fault, MockConfig, MockServer, Plan};
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime.block_on(MockServer::start(MockConfig::new().script(|request| {
+    use mock_server::{Fault, MockConfig, Plan};
+    let env = Env::new();
+    let server = env.server(MockConfig::new().script(|request| {
         let fault = match request.json["model"] == "iris-expert" {
             true => Fault::Body(serde_json::json!({
                 "id": "x", "object": "text_completion", "model": "iris-expert",
@@ -1197,7 +1194,7 @@ fn fdr_scoring_and_report_md_on_a_run_with_chance_levels() {
             latency: std::time::Duration::ZERO,
             fault,
         }
-    })));
+    }));
     let mut spec = String::from(
         "name = \"fdr\"\nseed = 0\ndatasets = [\"iris\"]\nserializations = [\"the-is\"]\n\
          tests = [\"feature-list-uninformed\", \"feature-values-uninformed\", \"full-completion\", \
@@ -1210,22 +1207,10 @@ fn fdr_scoring_and_report_md_on_a_run_with_chance_levels() {
             server.url()
         ));
     }
-    let spec_path = dir.path().join("fdr.toml");
-    std::fs::write(&spec_path, spec).unwrap();
-    let cache = dir.path().join("cache.sqlite");
+    let spec_path = env.spec("fdr.toml", &spec);
+    let cache = env.cache();
     let tabcontam = |args: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-            .args(args)
-            .env("TABCONTAM_HOME", dir.path())
-            .env_remove("TABCONTAM_DATA_DIR")
-            .env_remove("TABCONTAM_CACHE")
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        env.ok(args);
     };
     let cache_arg = cache.to_str().unwrap();
     tabcontam(&[
@@ -1236,7 +1221,7 @@ fn fdr_scoring_and_report_md_on_a_run_with_chance_levels() {
         "--quiet",
     ]);
     let report = |scoring: &str| {
-        let out = dir.path().join(scoring);
+        let out = env.path(scoring);
         tabcontam(&[
             "report",
             "--cache",

@@ -9,38 +9,13 @@ mod cli_env;
 mod mock_server;
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
-use cli_env::Env;
+use cli_env::{Env, one_line_error, succeeded, text};
 use mock_server::MockConfig;
 use tabcontam::analyze::{Analytics, Options};
 use tabcontam::dataset::Serialization;
 use tabcontam::probe::{self, CellResult, Expected, ProbeContext, PromptPack, TestId, Variant};
 use tabcontam::store::{CellRow, OWN_SOURCE};
-
-fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn succeeded(output: &Output) -> String {
-    let (stdout, stderr) = text(output);
-    assert!(output.status.success(), "{stdout}{stderr}");
-    stdout + &stderr
-}
-
-/// Exit code 1, exactly one line on stderr holding every needle, no panic.
-fn assert_one_line_error(output: &Output, needles: &[&str]) {
-    let (stdout, stderr) = text(output);
-    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    for needle in needles {
-        assert!(stderr.contains(needle), "`{needle}` missing from: {stderr}");
-    }
-}
 
 const MINI: &str = "name = \"mini\"\nseed = 0\ndatasets = [\"iris\"]\n\
     tests = [\"feature-list-uninformed\", \"recognition-features\", \"membership\", \"incomplete-completion\"]\n";
@@ -87,7 +62,7 @@ fn empty_serializations_are_one_line_errors_for_plan_and_run() {
                 "--cache",
                 cache.to_str().unwrap(),
             ]);
-            assert_one_line_error(&out, &[name, key]);
+            one_line_error(&out, &[name, key]);
         }
     }
     assert!(!cache.exists(), "a bad spec writes nothing");
@@ -141,7 +116,7 @@ fn other_bad_spec_shapes_are_one_line_errors_naming_the_key() {
             "--cache",
             cache.to_str().unwrap(),
         ]);
-        assert_one_line_error(&out, &[&name, needle]);
+        one_line_error(&out, &[&name, needle]);
     }
 }
 
@@ -165,7 +140,7 @@ fn a_dataset_named_twice_through_an_alias_is_an_error() {
         "--cache",
         env.path("c.sqlite").to_str().unwrap(),
     ]);
-    assert_one_line_error(
+    one_line_error(
         &out,
         &[
             "alias.toml",
@@ -388,7 +363,7 @@ fn report_refuses_a_template_without_cells_and_lists_the_known_ones() {
         "--serialization",
         "equals",
     ]);
-    assert_one_line_error(
+    one_line_error(
         &out,
         &[
             "--serialization equals",

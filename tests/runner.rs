@@ -8,10 +8,10 @@ mod mock_server;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use cli_env::Env;
+use cli_env::{Env, json, one_line_error, succeeded, text};
 use mock_server::MockConfig;
 use tabcontam::store::Store;
 
@@ -42,17 +42,6 @@ fn spec_body(
         ));
     }
     body
-}
-
-fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn json(output: &Output) -> serde_json::Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", text(output)))
 }
 
 /// (model, dataset, test, serialization, trial) → passed, from the cache file.
@@ -107,7 +96,7 @@ fn run_caches_everything_and_a_rerun_sends_nothing() {
         cache_arg,
         "--json",
     ]);
-    assert!(first.status.success(), "{:?}", text(&first));
+    succeeded(&first);
     let summary = json(&first);
     assert_eq!(summary["counts"]["sent"], TOTAL);
     assert_eq!(summary["status"], "finished");
@@ -121,7 +110,7 @@ fn run_caches_everything_and_a_rerun_sends_nothing() {
         cache_arg,
         "--json",
     ]);
-    assert!(second.status.success(), "{:?}", text(&second));
+    succeeded(&second);
     assert_eq!(json(&second)["counts"]["cached"], TOTAL);
     assert_eq!(
         server.request_count(),
@@ -187,7 +176,7 @@ fn adding_a_model_or_a_serialization_sends_only_what_changed() {
         &spec_body(&server.url(), &["model-a"], &["the-is", "colon"], ""),
     );
     let out = env.run(&["run", two.to_str().unwrap(), "--cache", cache_arg, "--json"]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    succeeded(&out);
     assert_eq!(
         server.request_count(),
         214 + 210,
@@ -212,7 +201,7 @@ fn adding_a_model_or_a_serialization_sends_only_what_changed() {
         cache_arg,
         "--json",
     ]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    succeeded(&out);
     assert_eq!(server.request_count() - before, TOTAL);
     assert_eq!(json(&out)["counts"]["cached"], TOTAL);
 }
@@ -236,7 +225,7 @@ fn a_local_model_through_its_chat_template_shares_no_answers_with_the_raw_one() 
         cache.to_str().unwrap(),
         "--json",
     ]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    succeeded(&out);
     let plan = json(&out);
     let per_model: Vec<u64> = plan["models"]
         .as_array()
@@ -270,7 +259,7 @@ fn faults_are_retried_and_never_cached() {
         cache.to_str().unwrap(),
         "--json",
     ]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    succeeded(&out);
     assert!(
         server.fault_count() > 40,
         "faults injected: {}",
@@ -350,7 +339,7 @@ fn killed_run_resumes_without_resending_and_ends_with_the_same_verdicts() {
         cache_arg,
         "--json",
     ]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    succeeded(&out);
     let resent = server.request_count() - sent_before;
     // Requests in flight at the kill were never stored: they (and only they) go again.
     assert_eq!(resent, TOTAL - stored_count);
@@ -373,14 +362,14 @@ fn killed_run_resumes_without_resending_and_ends_with_the_same_verdicts() {
     assert_eq!(store.responses(&stored_keys).unwrap().len() as u64, TOTAL);
 
     // The same verdicts as an uninterrupted run on a fresh cache.
-    let fresh = env.dir.path().join("fresh.sqlite");
+    let fresh = env.path("fresh.sqlite");
     let out = env.run(&[
         "run",
         spec.to_str().unwrap(),
         "--cache",
         fresh.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    succeeded(&out);
     assert_eq!(verdicts(&cache), verdicts(&fresh));
 }
 
@@ -512,16 +501,6 @@ fn the_api_key_never_reaches_cache_logs_or_output() {
         || r.header("authorization").is_some()));
 }
 
-fn assert_one_line_error(out: &Output, needles: &[&str]) {
-    let (stdout, stderr) = text(out);
-    assert!(!out.status.success(), "expected failure: {stdout}{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "one error line: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    for needle in needles {
-        assert!(stderr.contains(needle), "`{needle}` missing from: {stderr}");
-    }
-}
-
 #[test]
 fn bad_specs_fail_before_anything_is_written() {
     let env = Env::new().var(KEY_ENV, SECRET);
@@ -592,7 +571,7 @@ fn bad_specs_fail_before_anything_is_written() {
         );
         std::fs::write(&spec, body_fresh).unwrap();
         let out = cmd.output().unwrap();
-        assert_one_line_error(&out, &needles);
+        one_line_error(&out, &needles);
         assert_eq!(
             std::fs::read(&cache).unwrap(),
             snapshot,
@@ -609,7 +588,7 @@ fn a_cache_that_is_not_sqlite_is_refused_and_left_alone() {
         "mini.toml",
         &spec_body(&server.url(), &["mock-base"], &["the-is"], ""),
     );
-    let bogus = env.dir.path().join("notes.sqlite");
+    let bogus = env.path("notes.sqlite");
     std::fs::write(&bogus, "these are my notes, not a database\n").unwrap();
     for command in ["run", "plan"] {
         let out = env.run(&[
@@ -618,9 +597,9 @@ fn a_cache_that_is_not_sqlite_is_refused_and_left_alone() {
             "--cache",
             bogus.to_str().unwrap(),
         ]);
-        assert_one_line_error(&out, &["notes.sqlite", "not a tabcontam cache"]);
+        one_line_error(&out, &["notes.sqlite", "not a tabcontam cache"]);
     }
-    assert_one_line_error(
+    one_line_error(
         &env.run(&["status", "--cache", bogus.to_str().unwrap()]),
         &["notes.sqlite"],
     );
@@ -685,7 +664,7 @@ fn ctrl_c_stops_cleanly_keeps_what_arrived_and_a_rerun_finishes() {
         cache_arg,
         "--json",
     ]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    succeeded(&out);
     assert_eq!(json(&out)["counts"]["cached"], stored);
     assert_eq!(server.request_count() - before, TOTAL - stored);
 }

@@ -11,10 +11,9 @@ mod mock_server;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use cli_env::Env;
-use mock_server::{MockConfig, MockServer};
+use mock_server::MockConfig;
 use tabcontam::probe::TestId;
 use tabcontam::store::{OWN_SOURCE, Store};
 
@@ -30,7 +29,6 @@ trait Sampled {
 
 impl Sampled for Env {
     fn sampled_spec(&self, url: &str, samples: u32) -> PathBuf {
-        let path = self.dir.path().join(format!("sampled-{samples}.toml"));
         let body = format!(
             "name = \"sampled\"\nseed = 0\ndatasets = [\"iris\"]\n\
              tests = [\"feature-list-uninformed\", \"recognition-features\", \"incomplete-completion\", \"membership\"]\n\
@@ -38,26 +36,23 @@ impl Sampled for Env {
              base_url = \"{url}/v1\"\nconcurrency = 8\nbackoff_base_ms = 1\nbackoff_max_ms = 20\n\
              timeout_s = 5\ntemperature = 0.8\nsamples = {samples}\n"
         );
-        std::fs::write(&path, body).unwrap();
-        path
+        self.spec(&format!("sampled-{samples}.toml"), &body)
     }
 
     fn run_spec(&self, spec: &Path) -> serde_json::Value {
-        let out = self.run(&[
+        self.json(&[
             "run",
             spec.to_str().unwrap(),
             "--cache",
             self.cache().to_str().unwrap(),
             "--json",
-        ]);
-        assert!(out.status.success(), "{}", describe(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
+        ])
     }
 
     /// Renders every format into `out` and returns scores.json.
     fn report(&self, out: &str) -> (PathBuf, serde_json::Value) {
-        let dir = self.dir.path().join(out);
-        let output = self.run(&[
+        let dir = self.path(out);
+        self.ok(&[
             "report",
             "--cache",
             self.cache().to_str().unwrap(),
@@ -66,19 +61,9 @@ impl Sampled for Env {
             "--format",
             "json,html,latex,csv",
         ]);
-        assert!(output.status.success(), "{}", describe(&output));
         let json = std::fs::read_to_string(dir.join("scores.json")).unwrap();
         (dir, serde_json::from_str(&json).unwrap())
     }
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// A model that knows iris' features in odd-seeded samples only.
@@ -115,9 +100,7 @@ fn csv_rows(path: &Path) -> Vec<HashMap<String, String>> {
 #[test]
 fn samples_send_their_own_seeds_are_judged_one_by_one_and_reruns_keep_only_current_trials() {
     let env = Env::new();
-    let server = env.runtime.block_on(MockServer::start(
-        MockConfig::new().sampled(knows_iris_when_seed_is_odd),
-    ));
+    let server = env.server(MockConfig::new().sampled(knows_iris_when_seed_is_odd));
 
     // Five samples per prompt.
     let summary = env.run_spec(&env.sampled_spec(&server.url(), 5));

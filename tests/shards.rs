@@ -12,10 +12,10 @@ mod skip;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use cli_env::{Env, text};
+use cli_env::{Env, succeeded, text};
 use mock_server::{MockConfig, MockServer};
 use tabcontam::llm::{ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, Response};
 use tabcontam::store::Store;
@@ -32,11 +32,6 @@ fn spec_body(url: &str) -> String {
          base_url = \"{url}/v1\"\nconcurrency = 4\nbackoff_base_ms = 1\nbackoff_max_ms = 20\n\
          timeout_s = 5\nprice_input_per_mtok = 2.5\nprice_output_per_mtok = 10.0\n"
     )
-}
-
-fn ok(output: Output, what: &str) -> Output {
-    assert!(output.status.success(), "{what}: {:?}", text(&output));
-    output
 }
 
 fn completions(server: &MockServer) -> u64 {
@@ -94,11 +89,6 @@ fn files_of(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-fn run_json(env: &Env, args: &[&str]) -> serde_json::Value {
-    let output = ok(env.run(args), &args.join(" "));
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
 #[test]
 fn two_shards_on_two_servers_merged_equal_a_single_run_and_its_report() {
     let env = Env::new();
@@ -112,38 +102,29 @@ fn two_shards_on_two_servers_merged_equal_a_single_run_and_its_report() {
         ["single", "part1", "part2", "merged"].map(|n| env.path(&format!("{n}.sqlite")));
     let s = |p: &PathBuf| p.to_str().unwrap().to_owned();
 
-    let report = run_json(
-        &env,
-        &["run", &s(&single_spec), "--cache", &s(&single), "--json"],
-    );
+    let report = env.json(&["run", &s(&single_spec), "--cache", &s(&single), "--json"]);
     assert_eq!(report["status"], "finished", "{report}");
     assert_eq!(completions(&single_server), REQUESTS as u64);
 
     // Each machine sends its share only; together they send the plan exactly once.
-    let shard1 = run_json(
-        &env,
-        &[
-            "run",
-            &s(&first_spec),
-            "--shard",
-            "1/2",
-            "--cache",
-            &s(&part1),
-            "--json",
-        ],
-    );
-    let shard2 = run_json(
-        &env,
-        &[
-            "run",
-            &s(&second_spec),
-            "--shard",
-            "2/2",
-            "--cache",
-            &s(&part2),
-            "--json",
-        ],
-    );
+    let shard1 = env.json(&[
+        "run",
+        &s(&first_spec),
+        "--shard",
+        "1/2",
+        "--cache",
+        &s(&part1),
+        "--json",
+    ]);
+    let shard2 = env.json(&[
+        "run",
+        &s(&second_spec),
+        "--shard",
+        "2/2",
+        "--cache",
+        &s(&part2),
+        "--json",
+    ]);
     let (sent1, sent2) = (completions(&first), completions(&second));
     eprintln!("shard 1/2 sent {sent1}, shard 2/2 sent {sent2} of {REQUESTS}");
     assert_eq!(sent1 + sent2, REQUESTS as u64);
@@ -157,38 +138,32 @@ fn two_shards_on_two_servers_merged_equal_a_single_run_and_its_report() {
     let (answers1, answers2) = (answers(&part1), answers(&part2));
     assert!(answers1.keys().all(|k| !answers2.contains_key(k)));
 
-    let merge = run_json(
-        &env,
-        &[
-            "cache",
-            "merge",
-            &s(&merged),
-            &s(&part1),
-            &s(&part2),
-            "--json",
-        ],
-    );
+    let merge = env.json(&[
+        "cache",
+        "merge",
+        &s(&merged),
+        &s(&part1),
+        &s(&part2),
+        "--json",
+    ]);
     assert_eq!(merge["inputs"][0]["responses_added"], sent1, "{merge}");
     assert_eq!(merge["inputs"][1]["responses_added"], sent2, "{merge}");
     assert_eq!(merge["inputs"][1]["conflicts"], 0, "{merge}");
     // Merging again adds nothing (the same runs are recognised, not appended twice).
-    let again = run_json(&env, &["cache", "merge", &s(&merged), &s(&part1), "--json"]);
+    let again = env.json(&["cache", "merge", &s(&merged), &s(&part1), "--json"]);
     assert_eq!(again["inputs"][0]["responses_added"], 0, "{again}");
     assert_eq!(again["inputs"][0]["runs_added"], 0, "{again}");
     assert_eq!(again["inputs"][0]["responses_already_present"], sent1);
 
     // Cells split over the shards are decided on the merged cache, sending nothing.
-    let decided = run_json(
-        &env,
-        &[
-            "run",
-            &s(&single_spec),
-            "--offline",
-            "--cache",
-            &s(&merged),
-            "--json",
-        ],
-    );
+    let decided = env.json(&[
+        "run",
+        &s(&single_spec),
+        "--offline",
+        "--cache",
+        &s(&merged),
+        "--json",
+    ]);
     assert_eq!(decided["status"], "finished", "{decided}");
     assert_eq!(decided["counts"]["sent"], 0);
     assert_eq!(decided["counts"]["cached"], REQUESTS as u64);
@@ -203,10 +178,7 @@ fn two_shards_on_two_servers_merged_equal_a_single_run_and_its_report() {
 
     let (report_single, report_merged) = (env.path("report-single"), env.path("report-merged"));
     for (cache, out) in [(&single, &report_single), (&merged, &report_merged)] {
-        ok(
-            env.run(&["report", "--cache", &s(cache), "--out", &s(out)]),
-            "report",
-        );
+        env.ok(&["report", "--cache", &s(cache), "--out", &s(out)]);
     }
     let (a, b) = (files_of(&report_single), files_of(&report_merged));
     assert!(a.len() >= 6, "{:?}", a.keys());
@@ -322,17 +294,13 @@ fn a_conflict_keeps_the_first_answer_and_is_counted() {
     let differs = request("differs").key().to_hex();
     for (order, kept) in [([&a, &b], "from a"), ([&b, &a], "from b")] {
         let out = env.path(&format!("out-{kept}.sqlite"));
-        let output = ok(
-            env.run(&[
-                "cache",
-                "merge",
-                out.to_str().unwrap(),
-                order[0].to_str().unwrap(),
-                order[1].to_str().unwrap(),
-            ]),
+        let stdout = env.ok(&[
+            "cache",
             "merge",
-        );
-        let stdout = text(&output).0;
+            out.to_str().unwrap(),
+            order[0].to_str().unwrap(),
+            order[1].to_str().unwrap(),
+        ]);
         assert!(stdout.contains("1 conflicting answers"), "{stdout}");
         assert!(
             stdout.contains(&format!("conflict: request {differs}")),
@@ -414,24 +382,18 @@ fn export_writes_parquet_that_duckdb_reads_back_with_the_row_counts() {
     let spec = env.spec("export.toml", &spec_body(&server.url()));
     let cache = env.path("cache.sqlite");
     let cache_arg = cache.to_str().unwrap();
-    ok(
-        env.run(&["run", spec.to_str().unwrap(), "--cache", cache_arg]),
-        "run",
-    );
+    env.ok(&["run", spec.to_str().unwrap(), "--cache", cache_arg]);
     let dir = env.path("parquet");
-    let exported = run_json(
-        &env,
-        &[
-            "cache",
-            "export",
-            "--format",
-            "parquet",
-            dir.to_str().unwrap(),
-            "--cache",
-            cache_arg,
-            "--json",
-        ],
-    );
+    let exported = env.json(&[
+        "cache",
+        "export",
+        "--format",
+        "parquet",
+        dir.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--json",
+    ]);
     let store = Store::open_read_only(&cache).unwrap();
     let expected: BTreeMap<&str, u64> = [
         ("requests", store.for_each_request(|_, _| {}).unwrap()),
@@ -497,7 +459,7 @@ fn export_writes_parquet_that_duckdb_reads_back_with_the_row_counts() {
         .args(["-c", script, dir.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(output.status.success(), "{:?}", text(&output));
+    succeeded(&output);
     let counts: BTreeMap<String, u64> = serde_json::from_slice(&output.stdout).unwrap();
     let expected: BTreeMap<String, u64> = expected
         .into_iter()

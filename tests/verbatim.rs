@@ -4,6 +4,10 @@
 //! and the in-process engine, both on the SmolLM2 GGUF), through `tabcontam run` and
 //! `report` with the p-values in scores.json, HTML and LaTeX.
 
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -12,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cli_env::Env;
 use tabcontam::dataset::catalog::{Catalog, builtin_descriptors};
 use tabcontam::dataset::{Dataset, Serialization};
 use tabcontam::probe::{self, Expected, ProbeContext, PromptPack, TestId, Variant, verbatim};
@@ -252,55 +257,29 @@ fn wait_until_ready(server: &mut ServerGuard, port: u16) {
     }
 }
 
-fn cli(home: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
-        .args(args)
-        .env("TABCONTAM_HOME", home)
-        .env_remove("TABCONTAM_DATA_DIR")
-        .env_remove("TABCONTAM_CACHE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 /// Runs `spec` into a fresh cache, renders JSON, HTML and LaTeX, checks the verbatim cells
 /// and their p-values everywhere, and returns scores.json.
-fn run_and_report(dir: &Path, spec: &str, with_membership: bool) -> serde_json::Value {
-    let spec_path = dir.join("spec.toml");
-    std::fs::write(&spec_path, spec).unwrap();
-    let cache = dir.join("cache.sqlite");
-    let home = dir.join("home");
-    let out = cli(
-        &home,
-        &[
-            "run",
-            spec_path.to_str().unwrap(),
-            "--cache",
-            cache.to_str().unwrap(),
-            "--json",
-        ],
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+fn run_and_report(env: &Env, spec: &str, with_membership: bool) -> serde_json::Value {
+    let spec_path = env.spec("spec.toml", spec);
+    let cache = env.path("cache.sqlite");
+    let summary = env.json(&[
+        "run",
+        spec_path.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+        "--json",
+    ]);
     assert_eq!(summary["status"], "finished", "{summary}");
-    let report = dir.join("report");
-    cli(
-        &home,
-        &[
-            "report",
-            "--cache",
-            cache.to_str().unwrap(),
-            "--out",
-            report.to_str().unwrap(),
-            "--format",
-            "json,html,latex",
-        ],
-    );
+    let report = env.path("report");
+    env.ok(&[
+        "report",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--out",
+        report.to_str().unwrap(),
+        "--format",
+        "json,html,latex",
+    ]);
     let scores: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(report.join("scores.json")).unwrap())
             .unwrap();
@@ -372,9 +351,9 @@ fn verbatim_tests_against_llama_server() {
     ) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let env = Env::new();
     let port = free_loopback_port();
-    let log = dir.path().join("llama-server.log");
+    let log = env.path("llama-server.log");
     let log_file = std::fs::File::create(&log).unwrap();
     let child = Command::new(&binary)
         .args(["-m".as_ref(), model.as_os_str()])
@@ -398,7 +377,7 @@ fn verbatim_tests_against_llama_server() {
     let mut server = ServerGuard { child, log };
     wait_until_ready(&mut server, port);
     let scores = run_and_report(
-        dir.path(),
+        &env,
         &format!(
             "name = \"verbatim-llama\"\nseed = 0\ndatasets = [\"iris\"]\ntests = [\"verbatim\", \"membership\"]\n\
              [[models]]\nid = \"smollm2-base\"\nbackend = \"openai-compatible\"\napi = \"completions\"\n\
@@ -429,9 +408,9 @@ fn verbatim_tests_in_process() {
     ) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let env = Env::new();
     run_and_report(
-        dir.path(),
+        &env,
         &format!(
             "name = \"verbatim-local\"\nseed = 0\ndatasets = [\"iris\"]\ntests = [\"verbatim\"]\n\
              [[models]]\nid = \"smollm2-local\"\nbackend = \"local\"\nmodel = \"{}\"\n",

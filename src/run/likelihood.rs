@@ -11,10 +11,10 @@ use super::spec::{ModelSpec, Spec};
 use crate::dataset::Dataset;
 use crate::dataset::catalog::Catalog;
 use crate::infer::{LocalModel, LocalOptions};
-use crate::likelihood::{Detector, bootstrap_stats, roc::BOOTSTRAP_RESAMPLES};
+use crate::likelihood::{Detector, DetectorStats, bootstrap_stats, roc::BOOTSTRAP_RESAMPLES};
 use crate::llm::client::Client;
 use crate::probe::{ProbeContext, PromptPack, likelihood_rows, row_texts};
-use crate::request::{ApiMode, BackendKind, ModelIdentity, ScoreRequest, TokenLogprobs};
+use crate::request::{ApiMode, BackendKind, ModelIdentity, ScoreKey, ScoreRequest, TokenLogprobs};
 use crate::store::{LikelihoodCellRow, RunId, Store};
 
 /// Texts scored between two commits to the cache.
@@ -201,49 +201,11 @@ pub fn run_likelihood(
                         continue;
                     }
                 };
-                let requests: Vec<ScoreRequest> = rows
-                    .iter()
-                    .map(|row| ScoreRequest {
-                        model: identity.clone(),
-                        text: row.text.clone(),
-                    })
-                    .collect();
-                let keys: Vec<_> = requests.iter().map(ScoreRequest::key).collect();
-                let mut found = store.logprobs(&keys)?;
-                // Per row: a row drawn twice (the membership draws repeat rows) counts twice.
-                outcome.cached += keys.iter().filter(|k| found.contains_key(k)).count() as u64;
-                let mut failure = model_error.clone();
-                if failure.is_none() {
-                    // Each missing key once: repeated rows are scored a single time.
-                    let mut seen = std::collections::HashSet::new();
-                    let missing: Vec<usize> = (0..keys.len())
-                        .filter(|&i| !found.contains_key(&keys[i]) && seen.insert(keys[i]))
-                        .collect();
-                    let texts: Vec<String> =
-                        missing.iter().map(|&i| requests[i].text.clone()).collect();
-                    // In chunks, each stored before the next: an interrupted run keeps
-                    // what it scored.
-                    for (indices, texts) in
-                        missing.chunks(SCORE_CHUNK).zip(texts.chunks(SCORE_CHUNK))
-                    {
-                        if failure.is_some() {
-                            break;
-                        }
-                        for (&i, result) in indices.iter().zip(scorer.score(texts)) {
-                            match result {
-                                Ok((method, scores)) => {
-                                    store.put_logprobs(&requests[i], method, &scores)?;
-                                    outcome.scored += 1;
-                                    found.insert(keys[i], (method.to_string(), scores));
-                                }
-                                Err(reason) => {
-                                    failure.get_or_insert(reason);
-                                }
-                            }
-                        }
-                    }
-                }
-                if let Some(reason) = failure {
+                let texts: Vec<String> = rows.iter().map(|row| row.text.clone()).collect();
+                // After a model's first failure its other cells are only looked up.
+                let live = model_error.is_none().then_some(&mut scorer);
+                let (scores, failed) = score_texts(&texts, identity, live, store, &mut outcome)?;
+                if let Some(reason) = model_error.clone().or(failed) {
                     if !matches!(scorer, Scorer::None(_)) && model_error.is_none() {
                         outcome.errors.push(format!(
                             "model `{}`: likelihood scoring failed: {reason}",
@@ -258,9 +220,7 @@ pub fn run_likelihood(
                     );
                     continue;
                 }
-                let method = found
-                    .get(&keys[0])
-                    .map_or("-".to_string(), |(m, _)| m.clone());
+                let method = scores.method(0);
                 // Ground truth (a checkpoint with held-out rows of this dataset): every row
                 // scored, rows trained on against rows never seen.
                 let trained = exposure.as_ref().and_then(|e| e.rows_trained(&dataset.id));
@@ -271,70 +231,18 @@ pub fn run_likelihood(
                     let both = labels.iter().any(|&l| l) && labels.iter().any(|&l| !l);
                     both.then_some((texts, labels))
                 });
-                let mut truth_scores: Option<HashMap<String, TokenLogprobs>> = None;
+                let mut truth_scores: Option<Scored> = None;
                 if let Some((texts, _)) = &truth {
-                    let requests: Vec<ScoreRequest> = texts
-                        .iter()
-                        .map(|text| ScoreRequest {
-                            model: identity.clone(),
-                            text: text.clone(),
-                        })
-                        .collect();
-                    let keys: Vec<_> = requests.iter().map(ScoreRequest::key).collect();
-                    let mut have = store.logprobs(&keys)?;
-                    outcome.cached += keys.iter().filter(|k| have.contains_key(k)).count() as u64;
-                    let mut seen_keys = std::collections::HashSet::new();
-                    let missing: Vec<usize> = (0..keys.len())
-                        .filter(|&i| !have.contains_key(&keys[i]) && seen_keys.insert(keys[i]))
-                        .collect();
-                    let mut failed = None;
-                    for indices in missing.chunks(SCORE_CHUNK) {
-                        let chunk: Vec<String> =
-                            indices.iter().map(|&i| texts[i].clone()).collect();
-                        for (&i, result) in indices.iter().zip(scorer.score(&chunk)) {
-                            match result {
-                                Ok((method, scores)) => {
-                                    store.put_logprobs(&requests[i], method, &scores)?;
-                                    outcome.scored += 1;
-                                    have.insert(keys[i], (method.to_string(), scores));
-                                }
-                                Err(reason) => {
-                                    failed.get_or_insert(reason);
-                                }
-                            }
-                        }
-                        if failed.is_some() {
-                            break;
-                        }
-                    }
-                    if let Some(reason) = failed {
-                        outcome.errors.push(format!(
+                    let live = Some(&mut scorer);
+                    match score_texts(texts, identity, live, store, &mut outcome)? {
+                        (_, Some(reason)) => outcome.errors.push(format!(
                             "model `{}`: likelihood scoring of {} rows failed: {reason}",
                             model.id, dataset.id
-                        ));
-                    } else {
-                        truth_scores = Some(
-                            texts
-                                .iter()
-                                .zip(&keys)
-                                .map(|(t, k)| (t.clone(), have[k].1.clone()))
-                                .collect(),
-                        );
+                        )),
+                        (scored, None) => truth_scores = Some(scored),
                     }
                 }
                 for &detector in &detectors {
-                    let mut positives = Vec::new();
-                    let mut negatives = Vec::new();
-                    for (row, key) in rows.iter().zip(&keys) {
-                        let Some(score) = detector.score(&row.text, &found[key].1) else {
-                            continue;
-                        };
-                        if row.original {
-                            positives.push(score);
-                        } else {
-                            negatives.push(score);
-                        }
-                    }
                     let seed = bootstrap_seed(
                         spec.seed,
                         &model.id,
@@ -342,7 +250,8 @@ pub fn run_likelihood(
                         detector.test_id(),
                         &serialization.id,
                     );
-                    let stats = bootstrap_stats(&positives, &negatives, BOOTSTRAP_RESAMPLES, seed);
+                    let members = rows.iter().map(|row| row.original);
+                    let stats = judge(detector, &texts, members, &scores, seed);
                     let skipped = match &stats {
                         Some(_) => None,
                         None if detector.needs_distribution() => Some(format!(
@@ -352,16 +261,6 @@ pub fn run_likelihood(
                     };
                     cells.push(cell(detector, &method, stats, skipped));
                     if let (Some((texts, labels)), Some(scores)) = (&truth, &truth_scores) {
-                        let (mut seen, mut unseen) = (Vec::new(), Vec::new());
-                        for (text, &was_trained) in texts.iter().zip(labels) {
-                            if let Some(score) = detector.score(text, &scores[text]) {
-                                if was_trained {
-                                    seen.push(score);
-                                } else {
-                                    unseen.push(score);
-                                }
-                            }
-                        }
                         let id = detector.ground_truth_id();
                         let seed = bootstrap_seed(
                             spec.seed,
@@ -370,7 +269,8 @@ pub fn run_likelihood(
                             &id,
                             &serialization.id,
                         );
-                        let stats = bootstrap_stats(&seen, &unseen, BOOTSTRAP_RESAMPLES, seed);
+                        let trained = labels.iter().copied();
+                        let stats = judge(detector, texts, trained, scores, seed);
                         let skipped = stats
                             .is_none()
                             .then(|| "no AUROC: a side had no scored row".to_string());
@@ -385,4 +285,99 @@ pub fn run_likelihood(
     outcome.cells = cells.len();
     store.put_likelihood_cells(run, &cells)?;
     Ok(outcome)
+}
+
+/// Log-probabilities of texts under one model, by the texts' positions.
+struct Scored {
+    keys: Vec<ScoreKey>,
+    found: HashMap<ScoreKey, (String, TokenLogprobs)>,
+}
+
+impl Scored {
+    /// The `i`-th text's log-probabilities (present once scoring succeeded).
+    fn scores(&self, i: usize) -> &TokenLogprobs {
+        &self.found[&self.keys[i]].1
+    }
+
+    /// How the `i`-th text was scored, `-` when it was not.
+    fn method(&self, i: usize) -> String {
+        self.found
+            .get(&self.keys[i])
+            .map_or("-".to_string(), |(m, _)| m.clone())
+    }
+}
+
+/// The membership rows and the ground-truth rows alike: reads the cached log-probabilities
+/// of `texts` under `identity` and, given a `scorer`, scores the missing ones, each
+/// distinct text once (the membership draws repeat rows), in chunks stored before the
+/// next (an interrupted run keeps what it scored). Stops at the first failure and returns
+/// it beside what was found. Counts per text (a text drawn twice counts twice) into
+/// `outcome`; only a cache error is an `Err`.
+fn score_texts(
+    texts: &[String],
+    identity: &ModelIdentity,
+    scorer: Option<&mut Scorer>,
+    store: &mut Store,
+    outcome: &mut LikelihoodOutcome,
+) -> anyhow::Result<(Scored, Option<String>)> {
+    let requests: Vec<ScoreRequest> = texts
+        .iter()
+        .map(|text| ScoreRequest {
+            model: identity.clone(),
+            text: text.clone(),
+        })
+        .collect();
+    let keys: Vec<_> = requests.iter().map(ScoreRequest::key).collect();
+    let mut found = store.logprobs(&keys)?;
+    outcome.cached += keys.iter().filter(|k| found.contains_key(k)).count() as u64;
+    let mut failure = None;
+    if let Some(scorer) = scorer {
+        let mut seen = std::collections::HashSet::new();
+        let missing: Vec<usize> = (0..keys.len())
+            .filter(|&i| !found.contains_key(&keys[i]) && seen.insert(keys[i]))
+            .collect();
+        for indices in missing.chunks(SCORE_CHUNK) {
+            let chunk: Vec<String> = indices.iter().map(|&i| texts[i].clone()).collect();
+            for (&i, result) in indices.iter().zip(scorer.score(&chunk)) {
+                match result {
+                    Ok((method, scores)) => {
+                        store.put_logprobs(&requests[i], method, &scores)?;
+                        outcome.scored += 1;
+                        found.insert(keys[i], (method.to_string(), scores));
+                    }
+                    Err(reason) => {
+                        failure.get_or_insert(reason);
+                    }
+                }
+            }
+            if failure.is_some() {
+                break;
+            }
+        }
+    }
+    Ok((Scored { keys, found }, failure))
+}
+
+/// One detector over labelled texts: the texts marked `true` (members, rows trained on)
+/// against the others, each scored from its log-probabilities; a text the detector cannot
+/// score is left out. `None` when a side is empty.
+fn judge(
+    detector: Detector,
+    texts: &[String],
+    labels: impl Iterator<Item = bool>,
+    scored: &Scored,
+    seed: u64,
+) -> Option<DetectorStats> {
+    let (mut positives, mut negatives) = (Vec::new(), Vec::new());
+    for (i, (text, label)) in texts.iter().zip(labels).enumerate() {
+        let Some(score) = detector.score(text, scored.scores(i)) else {
+            continue;
+        };
+        if label {
+            positives.push(score);
+        } else {
+            negatives.push(score);
+        }
+    }
+    bootstrap_stats(&positives, &negatives, BOOTSTRAP_RESAMPLES, seed)
 }
