@@ -60,6 +60,8 @@ impl MlflowServer {
             .arg("--artifacts-destination")
             .arg(dir.join("artifacts"))
             .args(["--workers", "1"])
+            // No job runner (seven huey consumers for GenAI scorers the tests never use).
+            .env("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
@@ -174,7 +176,7 @@ impl Drop for MlflowServer {
         let group = self.child.id() as libc::pid_t;
         // SAFETY: signals the process group this server was started in, and nothing else.
         unsafe { libc::kill(-group, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if self.child.try_wait().ok().flatten().is_some() {
                 break;
