@@ -263,6 +263,7 @@ fn export_makes_one_run_per_model_and_a_second_export_adds_none() {
         "accuracy/iris/membership",
         "p_value/iris/membership/the-is",
         "p_holm/titanic/membership/the-is",
+        "q_value/iris/membership/the-is",
         "auroc/iris/likelihood-min-k/the-is",
         "auroc_p_value/iris/likelihood-min-k/the-is",
     ] {
@@ -324,6 +325,7 @@ fn export_makes_one_run_per_model_and_a_second_export_adds_none() {
         "report/report.html",
         "report/report.tex",
         "report/grid.csv",
+        "report/report.md",
     ] {
         assert!(names.contains(&name), "{name} not among {names:?}");
     }

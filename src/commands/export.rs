@@ -24,7 +24,9 @@ fn export_mlflow(args: MlflowArgs) -> anyhow::Result<ExitCode> {
     let scoring = match args.scoring.as_deref() {
         None => Scoring::Paper,
         Some(text) => Scoring::parse(text).ok_or_else(|| {
-            anyhow::anyhow!("--scoring {text}: unknown profile; use `paper` (default) or `strict`")
+            anyhow::anyhow!(
+                "--scoring {text}: unknown profile; use `paper` (default), `strict` or `fdr`"
+            )
         })?,
     };
     let settings = Settings {

@@ -134,7 +134,13 @@ pub fn export(settings: &Settings) -> anyhow::Result<Exported> {
     });
     let files = report::render(
         &analysis,
-        &[Format::Json, Format::Html, Format::Latex, Format::Csv],
+        &[
+            Format::Json,
+            Format::Html,
+            Format::Latex,
+            Format::Csv,
+            Format::Markdown,
+        ],
         &report::Options::default(),
     )?;
     let digest = mlflow_run::report_digest(&files);

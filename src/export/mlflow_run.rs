@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::json;
 
 use super::mlflow_rest::{Dataset, DatasetInput, KeyValue};
-use crate::analyze::{Analysis, MeanAccuracy, Scoring, SeriesScores};
+use crate::analyze::{Analysis, MeanAccuracy, SeriesScores};
 use crate::store::{CellRow, DatasetRow, ModelRow, OWN_SOURCE, RunRow};
 
 /// The tag that says which series a run holds; an export updates the run carrying its
@@ -174,14 +174,10 @@ fn tags(series: &SeriesScores, analysis: &Analysis) -> Vec<KeyValue> {
     tags.push(kv(
         "mlflow.note.content",
         format!(
-            "tabcontam: contamination of **{}** with tabular data ({origin}). Scores use template `{}` and the `{}` scoring profile ({}). Metrics `pass/DATASET/TEST` are the verdicts of tests 1–9, `p_value/…` the binomial p-values against chance, `accuracy/…` tests 10–12, `auroc/…` the likelihood detectors; the whole report is under `{REPORT_ARTIFACT_DIR}/`.",
+            "tabcontam: contamination of **{}** with tabular data ({origin}). Scores use template `{}` and the scoring profile {}. Metrics `pass/DATASET/TEST` are the verdicts of tests 1–9, `p_value/…` the p-values against chance (`p_holm/…` Holm-adjusted, `q_value/…` Benjamini–Hochberg), `accuracy/…` tests 10–12, `auroc/…` the likelihood detectors; the whole report is under `{REPORT_ARTIFACT_DIR}/`.",
             series.label,
             series.serialization.as_deref().unwrap_or("none"),
-            analysis.scoring.id(),
-            match analysis.scoring {
-                Scoring::Paper => "the paper's rule",
-                Scoring::Strict => "echo passes and high-chance cells removed",
-            },
+            analysis.scoring_rule,
         ),
     ));
     tags
@@ -234,7 +230,11 @@ fn metrics(series: &SeriesScores, analysis: &Analysis) -> Vec<(String, f64)> {
             .filter(|c| c.model == series.key.model)
         {
             let template = cell.serialization.as_deref().unwrap_or("none");
-            for (name, value) in [("p_value", cell.p_value), ("p_holm", cell.p_holm)] {
+            for (name, value) in [
+                ("p_value", cell.p_value),
+                ("p_holm", cell.p_holm),
+                ("q_value", cell.q_value),
+            ] {
                 cells.push((
                     metric_key(&[name, &cell.dataset, &cell.test, template]),
                     cell.seed,
