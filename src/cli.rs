@@ -63,6 +63,50 @@ pub enum Command {
     /// false-positive rate with 95 % Wilson intervals.
     #[command(after_help = examples::CALIBRATE)]
     Calibrate(CalibrateArgs),
+    /// Send the report of the cache to a tracker: one MLflow run per model, with params,
+    /// metrics, dataset inputs and the report files as artifacts.
+    #[command(subcommand)]
+    #[command(after_help = examples::EXPORT)]
+    Export(ExportCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// One MLflow run per model of the report: params, metrics, the datasets as inputs (blake3)
+    /// and the report files as artifacts (`mlflow server --serve-artifacts`); a second export
+    /// updates the same runs. Credentials from MLFLOW_TRACKING_TOKEN, or
+    /// MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD.
+    #[command(after_help = examples::EXPORT_MLFLOW)]
+    Mlflow(MlflowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MlflowArgs {
+    /// The tracking server's address (http:// or https://).
+    #[arg(long, env = "MLFLOW_TRACKING_URI", value_name = "URI")]
+    pub tracking_uri: Option<String>,
+    /// The experiment the runs go to (created when missing).
+    #[arg(
+        long,
+        env = "MLFLOW_EXPERIMENT_NAME",
+        value_name = "NAME",
+        default_value = crate::export::mlflow::DEFAULT_EXPERIMENT
+    )]
+    pub experiment: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// The template whose cells the scores use (default the-is), as for `report`.
+    #[arg(long, value_name = "ID")]
+    pub serialization: Option<String>,
+    /// Scoring profile: `paper` (default), `strict` or `fdr`, as for `report` (kept apart).
+    #[arg(long, value_name = "PROFILE")]
+    pub scoring: Option<String>,
+    /// Trials shown per cell in the uploaded report.html's trial explorer (0 leaves it out).
+    #[arg(long, value_name = "N", default_value_t = crate::analyze::explorer::DEFAULT_TRIALS_SHOWN)]
+    pub explorer_trials: usize,
+    /// Print a JSON summary instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -621,6 +665,17 @@ Examples:
 Examples:
   tabcontam cache merge cache/all.sqlite cache/part1.sqlite cache/part2.sqlite
   tabcontam cache export --format parquet exports/";
+
+    pub const EXPORT: &str = "\
+Examples:
+  tabcontam export mlflow --tracking-uri http://127.0.0.1:5000
+  tabcontam export mlflow --experiment contamination --scoring strict";
+
+    pub const EXPORT_MLFLOW: &str = "\
+Examples:
+  tabcontam export mlflow --tracking-uri http://127.0.0.1:5000
+  tabcontam export mlflow --experiment contamination --cache cache/mini.sqlite
+  tabcontam export mlflow --tracking-uri https://mlflow.example.org --json";
 
     pub const CACHE_MERGE: &str = "\
 Examples:

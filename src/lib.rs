@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod dataset;
 pub mod decide;
+pub mod export;
 pub mod exposure;
 pub mod infer;
 pub mod likelihood;

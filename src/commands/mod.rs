@@ -6,6 +6,7 @@ pub mod completions;
 pub mod contaminate;
 pub mod datasets;
 pub mod diff;
+pub mod export;
 pub mod import_results;
 pub mod parity;
 pub mod plan;
@@ -35,5 +36,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cache(cmd) => cache::run(cmd),
         Command::Contaminate(args) => contaminate::run(args),
         Command::Calibrate(args) => calibrate::run(args),
+        Command::Export(cmd) => export::run(cmd),
     }
 }
