@@ -40,6 +40,12 @@ pub enum Command {
     /// Render the scores, heatmaps and tables of the cache as JSON, HTML, LaTeX and CSV.
     #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
+    /// Write a static results site from the cache: a sortable leaderboard, one page per
+    /// model, dataset and model family, and one per cell with its prompts, outputs, verdict,
+    /// evidence and how to recompute it. Relative links only: open index.html from disk or
+    /// copy the folder to any static host.
+    #[command(after_help = examples::SITE)]
+    Site(SiteArgs),
     /// Print a completion script for bash, zsh, fish, elvish or PowerShell to stdout.
     #[command(after_help = examples::COMPLETIONS)]
     Completions(CompletionsArgs),
@@ -476,6 +482,26 @@ pub struct ReportArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct SiteArgs {
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// The site's folder: created, or replaced when it holds a site written by this command
+    /// (any other existing folder is refused). Written beside it first and renamed into
+    /// place, so a failure leaves no half site.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The template whose cells the scores use (default the-is), as for `report`.
+    #[arg(long, value_name = "ID")]
+    pub serialization: Option<String>,
+    /// Scoring profile: `paper` (default) or `strict`, as for `report`.
+    #[arg(long, value_name = "PROFILE")]
+    pub scoring: Option<String>,
+    /// Trials shown per cell page (the first by sample and trial); every trial by default.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub trials: Option<u64>,
+}
+
+#[derive(Debug, Args)]
 pub struct CompletionsArgs {
     /// The shell: bash, zsh, fish, elvish or powershell. (A plain string, not a value enum, so
     /// that a wrong name gets our one-line error rather than clap's usage block.)
@@ -592,6 +618,12 @@ Examples:
   tabcontam report
   tabcontam report --format html --out reports/demo
   tabcontam report --format latex,csv --serialization colon --scoring strict";
+
+    pub const SITE: &str = "\
+Examples:
+  tabcontam site --out site
+  tabcontam site --out public/results --scoring strict
+  tabcontam site --out site --cache cache/mini.sqlite --trials 20";
 
     pub const COMPLETIONS: &str = "\
 Examples:

@@ -381,7 +381,10 @@ mod tests {
             chance.basis
         );
         // An exact zero stays a probability, and a seen Monte Carlo rate is shown as estimated.
-        assert_eq!(format_chance(0.0, "exact (every joint guess enumerated)"), "< 1e-6");
+        assert_eq!(
+            format_chance(0.0, "exact (every joint guess enumerated)"),
+            "< 1e-6"
+        );
         let seen = GuessRates::PerTrial(vec![
             TrialGuess {
                 rate: 0.5,

@@ -15,6 +15,7 @@ mod evidence_page;
 pub mod explorer;
 pub mod likelihood;
 mod page;
+pub mod site;
 pub mod svg;
 pub mod tex;
 pub mod timeline;

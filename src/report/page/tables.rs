@@ -2,7 +2,7 @@
 //! rates, accuracy, significance, template notes and example outputs.
 
 use super::format::*;
-use crate::analyze::{Analysis, SeriesKey, SeriesScores};
+use crate::analyze::{AccuracyCell, Analysis, SeriesKey, SeriesScores};
 use crate::probe::TestId;
 use crate::report::explorer::Anchors;
 use crate::store::OWN_SOURCE;
@@ -170,7 +170,7 @@ pub struct SignificanceRow {
     pub p_holm: String,
 }
 
-pub(super) fn significance_rows(analysis: &Analysis) -> Vec<SignificanceRow> {
+pub(crate) fn significance_rows(analysis: &Analysis) -> Vec<SignificanceRow> {
     let label = |model: &str| {
         analysis
             .series
@@ -206,7 +206,7 @@ pub(super) fn significance_rows(analysis: &Analysis) -> Vec<SignificanceRow> {
 }
 
 /// Series whose scores come from another template than the primary one, and which.
-pub(super) fn template_notes(analysis: &Analysis) -> Vec<String> {
+pub(crate) fn template_notes(analysis: &Analysis) -> Vec<String> {
     let primary = analysis.primary_serialization.as_str();
     analysis
         .series
@@ -228,7 +228,7 @@ pub(super) fn template_notes(analysis: &Analysis) -> Vec<String> {
         .collect()
 }
 
-pub(super) fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {
+pub(crate) fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {
     // Bold: the best value as printed (two decimals), as in the paper's table.
     let best = |get: &dyn Fn(&SeriesScores) -> Option<f64>| {
         series
@@ -381,17 +381,7 @@ pub(super) fn accuracy_tables(
                                         anchors.by_cell.get(&(i, d, test.number())).cloned()
                                     }),
                                     value: fixed2(c.accuracy),
-                                    detail: format!(
-                                        "{}/{} correct, 95% CI {}, {} invalid{}",
-                                        c.correct,
-                                        c.trials,
-                                        interval(&c.interval),
-                                        c.invalid,
-                                        c.p_value.map_or_else(String::new, |p| format!(
-                                            ", p = {}",
-                                            p_value(Some(p))
-                                        ))
-                                    ),
+                                    detail: accuracy_detail(c),
                                 },
                                 None => AccuracyCellView {
                                     anchor: None,
@@ -425,6 +415,19 @@ pub(super) fn accuracy_tables(
         });
     }
     tables
+}
+
+/// An accuracy cell in words: `62/100 correct, 95% CI [0.52, 0.71], 3 invalid, p = 0.010`.
+pub(crate) fn accuracy_detail(c: &AccuracyCell) -> String {
+    format!(
+        "{}/{} correct, 95% CI {}, {} invalid{}",
+        c.correct,
+        c.trials,
+        interval(&c.interval),
+        c.invalid,
+        c.p_value
+            .map_or_else(String::new, |p| format!(", p = {}", p_value(Some(p))))
+    )
 }
 
 pub(super) fn examples(
