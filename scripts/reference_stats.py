@@ -86,3 +86,10 @@ print(f"wilson(60/100, 100) = {wilson(0.6, 100)!r}")
 print(f"wilson(60/100, 50) (a share of 100 answers from 50 trials x 2 samples) = {wilson(0.6, 50)!r}")
 print(f"wilson(60/120, 120) = {wilson(0.5, 120)!r}")
 print(f"pooled 10/10 + 50/100 = {60/110!r}; wilson(60/110, 110) = {wilson(60/110, 110)!r}")
+
+print("\n# Benjamini-Hochberg q-values (significance::benjamini_hochberg; issue 26 item 5)")
+bh_1995 = [0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459,
+           0.3240, 0.4262, 0.5719, 0.6528, 0.7590, 1.000]
+for p in [[0.01, 0.04, 0.03, 0.005], bh_1995, [0.9, 0.8, 0.05, 0.05, 0.0]]:
+    print(f"false_discovery_control({p}, method='bh') = "
+          f"{stats.false_discovery_control(p, method='bh').tolist()!r}")

@@ -37,7 +37,8 @@ pub enum Command {
     /// show them beside your own models.
     #[command(after_help = examples::IMPORT_RESULTS)]
     ImportResults(ImportResultsArgs),
-    /// Render the scores, heatmaps and tables of the cache as JSON, HTML, LaTeX and CSV.
+    /// Render the scores, heatmaps and tables of the cache as JSON, HTML, LaTeX, CSV and
+    /// Markdown.
     #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
     /// Write a static results site from the cache: a sortable leaderboard, one page per
@@ -180,6 +181,10 @@ pub struct ContaminateArgs {
     /// Seeds the row selection and the data order.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Seconds between saves of the resume state (weights, optimizer moments, position in
+    /// the data order) besides every epoch's end; a killed run continues from the last save
+    #[arg(long, default_value_t = 300.0, value_name = "SECS")]
+    pub resume_every: f64,
     /// Series folder: epoch-001/, epoch-002/, … and loss.csv.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -442,6 +447,8 @@ pub enum ReportFormat {
     Latex,
     /// grid.csv, scores.csv and accuracy.csv.
     Csv,
+    /// report.md: Table 2 and the significance table as Markdown.
+    Md,
 }
 
 #[derive(Debug, Args)]
@@ -465,9 +472,11 @@ pub struct ReportArgs {
     /// says which.
     #[arg(long, value_name = "ID")]
     pub serialization: Option<String>,
-    /// Scoring profile: `paper` (default: the paper's rule) or `strict` (passing trials
+    /// Scoring profile: `paper` (default: the paper's rule), `strict` (passing trials
     /// that only echo their prompt do not count, and cells a knowledge-free model would
-    /// pass with probability ≥ 0.05 do not pass).
+    /// pass with probability ≥ 0.05 do not pass) or `fdr` (a cell of tests 1–9 passes only
+    /// with a Benjamini–Hochberg q-value < 0.05 across the report's cells; tests 1–6, which
+    /// have no p-value, never pass).
     #[arg(long, value_name = "PROFILE")]
     pub scoring: Option<String>,
     /// Print when the report was made (off by default: the same cache gives byte-identical
@@ -493,7 +502,7 @@ pub struct SiteArgs {
     /// The template whose cells the scores use (default the-is), as for `report`.
     #[arg(long, value_name = "ID")]
     pub serialization: Option<String>,
-    /// Scoring profile: `paper` (default) or `strict`, as for `report`.
+    /// Scoring profile: `paper` (default), `strict` or `fdr`, as for `report`.
     #[arg(long, value_name = "PROFILE")]
     pub scoring: Option<String>,
     /// Trials shown per cell page (the first by sample and trial); every trial by default.
@@ -523,8 +532,17 @@ pub struct DiffArgs {
     #[command(flatten)]
     pub cache: CacheArgs,
     /// Print a JSON object instead of text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "md")]
     pub json: bool,
+    /// Print Markdown instead of text: the same summary, and one table of the cells listed
+    /// (gained, lost, accuracy in A and B) to paste into a README or a paper's supplement.
+    #[arg(long)]
+    pub md: bool,
+    /// List only cells whose verdict or accuracy changed: accuracy cells with the same share
+    /// of correct answers in A and B are left out (gained and lost cells are changes by
+    /// definition; the counts of cells only one side has stay).
+    #[arg(long)]
+    pub only_changed: bool,
 }
 
 /// The examples that end each subcommand's `--help`. Every line is a real command that works
@@ -616,7 +634,7 @@ Examples:
     pub const REPORT: &str = "\
 Examples:
   tabcontam report
-  tabcontam report --format html --out reports/demo
+  tabcontam report --format html,md --out reports/demo
   tabcontam report --format latex,csv --serialization colon --scoring strict";
 
     pub const SITE: &str = "\
@@ -650,7 +668,7 @@ Examples:
 Examples:
   # after `tabcontam import-results ../shared/parity/paper-results`:
   tabcontam diff llama3 llama3.1
-  tabcontam diff gpt4 gpt4o --json
+  tabcontam diff gpt4 gpt4o --md --only-changed
   # two runs (ids from `tabcontam status`):
-  tabcontam diff --runs 3 4";
+  tabcontam diff --runs 3 4 --json";
 }

@@ -419,3 +419,168 @@ fn diff_of_the_papers_models() {
     ));
     assert!(text.starts_with("llama3 → llama3.1: "), "{text}");
 }
+
+/// Issue 27 item 4: `diff --md` prints the text view's content as one Markdown table (cell,
+/// A, B, change), every id escaped; `--only-changed` leaves out accuracy cells whose share
+/// of correct answers is the same in A and B. Expected rows from the cache's trials, with
+/// 95 % Wilson intervals computed here by their formula.
+#[test]
+fn diff_md_and_only_changed_on_a_real_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    // A model id with a pipe and a line break (spec ids are the user's free text).
+    let evil = "iris|expert\\nsecond line";
+    let cache = runs_cache(dir.path(), &[&["echo", "iris-expert", evil]]);
+    let cache_arg = cache.to_str().unwrap();
+    let store = Store::open_read_only(&cache).unwrap();
+    let trials = store.trials().unwrap();
+    let wilson = |correct: usize, n: usize| {
+        let z = 1.959_963_984_540_054_f64;
+        let p = correct as f64 / n as f64;
+        let n = n as f64;
+        let centre = (p + z * z / (2.0 * n)) / (1.0 + z * z / n);
+        let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / (1.0 + z * z / n);
+        (centre - half, centre + half)
+    };
+    let side = |model: &str, test: &str| {
+        let of_cell: Vec<_> = trials
+            .iter()
+            .filter(|t| t.model == model && t.test.id() == test)
+            .collect();
+        let correct = of_cell.iter().filter(|t| t.verdict.passed).count();
+        let (low, high) = wilson(correct, of_cell.len());
+        let accuracy = correct as f64 / of_cell.len() as f64;
+        (
+            format!("{accuracy:.3} [{low:.3}, {high:.3}] n={}", of_cell.len()),
+            accuracy,
+            (low, high),
+        )
+    };
+    let accuracy_row = |a: &str, b: &str, test: &str| {
+        let ((text_a, acc_a, (low_a, high_a)), (text_b, acc_b, (low_b, high_b))) =
+            (side(a, test), side(b, test));
+        let apart = high_a < low_b || high_b < low_a;
+        format!(
+            "| iris {test} [the-is] | {text_a} | {text_b} | {:+.3}{} |",
+            acc_b - acc_a,
+            if apart { " *" } else { "" }
+        )
+    };
+
+    let md = succeeded(&tabcontam(
+        dir.path(),
+        &["diff", "echo", "iris-expert", "--cache", cache_arg, "--md"],
+    ));
+    eprintln!("{md}");
+    let expected = [
+        "**echo → iris-expert**: 2 cells of tests 1–9 in both; passed 0 → 2 (2 gained, 0 lost)"
+            .to_string(),
+        String::new(),
+        "| Cell | echo | iris-expert | Change |".to_string(),
+        "| --- | ---: | ---: | ---: |".to_string(),
+        "| iris feature-list-uninformed | fail | pass | gained |".to_string(),
+        "| iris feature-values-uninformed | fail | pass | gained |".to_string(),
+        accuracy_row("echo", "iris-expert", "membership"),
+        accuracy_row("echo", "iris-expert", "classify-0shot"),
+        String::new(),
+        "Accuracy: share of correct answers with its 95 % Wilson interval and trials; change = B − A; * = intervals apart.".to_string(),
+    ];
+    assert_eq!(md.lines().collect::<Vec<_>>(), expected, "{md}");
+
+    // --only-changed: an accuracy row stays only when the shares differ.
+    let only = succeeded(&tabcontam(
+        dir.path(),
+        &[
+            "diff",
+            "echo",
+            "iris-expert",
+            "--cache",
+            cache_arg,
+            "--md",
+            "--only-changed",
+        ],
+    ));
+    for test in ["membership", "classify-0shot"] {
+        let (_, a, _) = side("echo", test);
+        let (_, b, _) = side("iris-expert", test);
+        assert_eq!(
+            only.contains(&accuracy_row("echo", "iris-expert", test)),
+            a != b,
+            "{only}"
+        );
+    }
+    assert!(only.contains("| iris feature-list-uninformed | fail | pass | gained |"));
+    // A model against itself: every accuracy row unchanged, so nothing is listed, in
+    // Markdown, text and JSON alike.
+    let same = |extra: &[&str]| {
+        let mut args = vec!["diff", "echo", "echo", "--cache", cache_arg];
+        args.extend(extra);
+        succeeded(&tabcontam(dir.path(), &args))
+    };
+    assert!(same(&["--md"]).contains("| +0.000 |"));
+    assert_eq!(
+        same(&["--md", "--only-changed"]),
+        "**echo → echo**: 2 cells of tests 1–9 in both; passed 0 → 0 (0 gained, 0 lost)\n\nNo cell changed.\n"
+    );
+    assert!(same(&[]).contains("accuracy, echo → echo"));
+    assert!(!same(&["--only-changed"]).contains("accuracy"));
+    let json: Value = serde_json::from_str(&same(&["--json", "--only-changed"])).unwrap();
+    assert_eq!(json["accuracy"], json!([]));
+
+    // The model id with `|` and a line break stays inside its cell and its line.
+    let escaped = "iris\\|expert<br>second line";
+    let md = succeeded(&tabcontam(
+        dir.path(),
+        &[
+            "diff",
+            "iris-expert",
+            "iris|expert\nsecond line",
+            "--cache",
+            cache_arg,
+            "--md",
+        ],
+    ));
+    assert!(
+        md.starts_with(&format!("**iris-expert → {escaped}**: ")),
+        "{md}"
+    );
+    assert!(
+        md.contains(&format!("| Cell | iris-expert | {escaped} | Change |")),
+        "{md}"
+    );
+    for line in md.lines().filter(|l| l.starts_with('|')) {
+        assert_eq!(line.replace("\\|", "").matches('|').count(), 5, "{line}");
+    }
+
+    // The runs view in Markdown: the run lines and the note as paragraphs, then the table.
+    let runs = succeeded(&tabcontam(
+        dir.path(),
+        &[
+            "diff",
+            "--runs",
+            "1",
+            "1",
+            "--cache",
+            cache_arg,
+            "--md",
+            "--only-changed",
+        ],
+    ));
+    assert!(
+        runs.contains(&format!(
+            "holds {} cells of echo, iris-expert, {escaped}\n\n",
+            store.cells().unwrap().len()
+        )),
+        "{runs}"
+    );
+    assert!(runs.contains("\n\nnote: the cache keeps only"), "{runs}");
+    assert!(runs.ends_with("No cell changed.\n"), "{runs}");
+
+    // --md and --json together: a usage error.
+    let both = tabcontam(
+        dir.path(),
+        &[
+            "diff", "echo", "echo", "--cache", cache_arg, "--md", "--json",
+        ],
+    );
+    assert_eq!(both.status.code(), Some(2));
+}

@@ -8,6 +8,8 @@
 //! (`TABCONTAM_CI=1`, see `support/skip.rs`; scripts/ci-install-report-tools.sh installs
 //! them), where their absence fails the test.
 
+#[path = "support/mock_server.rs"]
+mod mock_server;
 #[path = "support/skip.rs"]
 mod skip;
 
@@ -244,7 +246,13 @@ fn synthetic() -> (tempfile::TempDir, PathBuf, Analysis) {
 fn rendered(analysis: &Analysis, name: &str) -> String {
     let files = report::render(
         analysis,
-        &[Format::Json, Format::Html, Format::Latex, Format::Csv],
+        &[
+            Format::Json,
+            Format::Html,
+            Format::Latex,
+            Format::Csv,
+            Format::Markdown,
+        ],
         &Default::default(),
     )
     .unwrap();
@@ -397,6 +405,25 @@ fn untrusted_text_prints_literally_in_every_format() {
         "fields with commas or quotes are quoted: {csv}"
     );
 
+    // report.md: the label is one literal cell of its Table 2 row (no tag, link or
+    // emphasis opens; `_`, `~`, `[`, `]` and `\` escaped), and every row of a table has
+    // as many cell borders as its header.
+    let md = rendered(&a, "report.md");
+    assert!(
+        md.contains(concat!(
+            r"| 1 | \<script>alert(1)\</script> \\input{/etc/passwd} ",
+            r"\\write18{touch /tmp/tabcontam-pwned} $ & % \_ # ^ \~ { } ^^5c \[x\], ",
+            r#""q" | tabcontam | **0.48** | 13/27 |"#
+        )),
+        "{md}"
+    );
+    let unescaped = md.replace(r"\<", "");
+    assert!(
+        !unescaped.contains("<script") && !unescaped.contains("</"),
+        "no tag opens: {md}"
+    );
+    assert_table_shapes(&md);
+
     // Snippet names come from model ids: no path separators.
     let files = report::render(&a, &[Format::Latex], &Default::default()).unwrap();
     for f in &files {
@@ -413,6 +440,38 @@ fn untrusted_text_prints_literally_in_every_format() {
         "{:?}",
         files.iter().map(|f| &f.name).collect::<Vec<_>>()
     );
+}
+
+/// Every Markdown table of `md` (runs of lines starting with `|`) has as many unescaped
+/// `|` on each row as on its header, and a `---` alignment row second.
+fn assert_table_shapes(md: &str) {
+    let bars = |line: &str| {
+        let mut escaped = false;
+        line.chars()
+            .filter(|&c| {
+                let bar = c == '|' && !escaped;
+                escaped = c == '\\' && !escaped;
+                bar
+            })
+            .count()
+    };
+    let lines: Vec<&str> = md.lines().collect();
+    let mut tables = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        if !lines[i].starts_with('|') {
+            i += 1;
+            continue;
+        }
+        tables += 1;
+        let header = bars(lines[i]);
+        assert!(lines[i + 1].starts_with("| ---"), "{}", lines[i + 1]);
+        while i < lines.len() && lines[i].starts_with('|') {
+            assert_eq!(bars(lines[i]), header, "row `{}` of\n{md}", lines[i]);
+            i += 1;
+        }
+    }
+    assert!(tables > 0, "no table in\n{md}");
 }
 
 /// A report tool on PATH, or `None` after a skip (a failure in CI).
@@ -1111,4 +1170,241 @@ fn paper_grid_report_size() {
         "paper grid without the explorer: report.html {:.1} MB",
         bare_html.len() as f64 / 1e6
     );
+}
+
+/// Issue 26 item 5 and issue 27 item 4, from a real run (`tabcontam run` against a loopback
+/// server: `echo` repeats its prompt, `iris-expert` names iris's columns): tests 7–9 cells
+/// with a chance level join the significance family with their verdict's p-value,
+/// `q_value` sits beside Holm's, `--scoring fdr` counts exactly the passes of tests 1–9
+/// with q < 0.05 (none of tests 1–6), and `--format md` writes Table 2 and the
+/// significance table as Markdown.
+#[test]
+fn fdr_scoring_and_report_md_on_a_run_with_chance_levels() {
+    use mock_server::{Fault, MockConfig, MockServer, Plan};
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(MockServer::start(MockConfig::new().script(|request| {
+        let fault = match request.json["model"] == "iris-expert" {
+            true => Fault::Body(serde_json::json!({
+                "id": "x", "object": "text_completion", "model": "iris-expert",
+                "choices": [{"index": 0, "logprobs": null, "finish_reason": "stop",
+                    "text": "Yes. sepal_length, sepal_width, petal_length, petal_width, species: Iris-setosa"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
+            })),
+            false => Fault::None,
+        };
+        Plan {
+            latency: std::time::Duration::ZERO,
+            fault,
+        }
+    })));
+    let mut spec = String::from(
+        "name = \"fdr\"\nseed = 0\ndatasets = [\"iris\"]\nserializations = [\"the-is\"]\n\
+         tests = [\"feature-list-uninformed\", \"feature-values-uninformed\", \"full-completion\", \
+         \"feature-completion\", \"membership\", \"classify-0shot\"]\n",
+    );
+    for model in ["echo", "iris-expert"] {
+        spec.push_str(&format!(
+            "\n[[models]]\nid = \"{model}\"\nbackend = \"openai-compatible\"\napi = \"completions\"\n\
+             base_url = \"{}/v1\"\nconcurrency = 8\ntimeout_s = 5\n",
+            server.url()
+        ));
+    }
+    let spec_path = dir.path().join("fdr.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let cache = dir.path().join("cache.sqlite");
+    let tabcontam = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_tabcontam"))
+            .args(args)
+            .env("TABCONTAM_HOME", dir.path())
+            .env_remove("TABCONTAM_DATA_DIR")
+            .env_remove("TABCONTAM_CACHE")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let cache_arg = cache.to_str().unwrap();
+    tabcontam(&[
+        "run",
+        spec_path.to_str().unwrap(),
+        "--cache",
+        cache_arg,
+        "--quiet",
+    ]);
+    let report = |scoring: &str| {
+        let out = dir.path().join(scoring);
+        tabcontam(&[
+            "report",
+            "--cache",
+            cache_arg,
+            "--out",
+            out.to_str().unwrap(),
+            "--format",
+            "json,md",
+            "--scoring",
+            scoring,
+        ]);
+        let scores: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("scores.json")).unwrap())
+                .unwrap();
+        (
+            scores,
+            std::fs::read_to_string(out.join("report.md")).unwrap(),
+        )
+    };
+    let (paper, paper_md) = report("paper");
+    let (fdr, fdr_md) = report("fdr");
+
+    // The family, from the cache: tests 10–12 by their per-trial chance, tests 7–9 by a
+    // computable cell chance level; tests 1–6 never.
+    let cells = Store::open_read_only(&cache).unwrap().cells().unwrap();
+    let significance = paper["significance"].as_array().unwrap();
+    let in_family = |c: &&CellRow| {
+        c.result.p_value().is_some()
+            || (TestId::CONTAMINATION.contains(&c.test)
+                && c.skipped.is_none()
+                && c.chance.as_ref().is_some_and(|ch| ch.level.is_some()))
+    };
+    assert_eq!(significance.len(), cells.iter().filter(in_family).count());
+    let mut verdict_cells = 0;
+    for row in significance {
+        let cell = cells
+            .iter()
+            .find(|c| c.model == row["model"] && c.test.id() == row["test"])
+            .unwrap();
+        let (p, q, holm) = (
+            row["p_value"].as_f64().unwrap(),
+            row["q_value"].as_f64().unwrap(),
+            row["p_holm"].as_f64().unwrap(),
+        );
+        // (BH's family is the whole report, Holm's one model: q may exceed p(Holm).)
+        assert!(p <= q + 1e-15 && p <= holm + 1e-15 && q <= 1.0, "{row}");
+        if cell.test.number() <= 9 {
+            assert!(cell.test.number() >= 7, "{row}");
+            verdict_cells += 1;
+            let chance = cell.chance.as_ref().unwrap();
+            let level = chance.level.unwrap();
+            let level = tabcontam::probe::chance::cell_bound(&chance.basis)
+                .map_or(level, |bound| level.max(bound));
+            assert_eq!(row["chance_of"], "cell");
+            let expected = if cell.result.passed { level } else { 1.0 };
+            assert!((p - expected).abs() < 1e-12, "{row}: expected p {expected}");
+        } else {
+            assert_eq!(row["chance_of"], "trial");
+            assert!((p - cell.result.p_value().unwrap()).abs() < 1e-12, "{row}");
+        }
+    }
+    assert_eq!(verdict_cells, 4, "tests 8 and 9 of both models");
+    // BH is monotone in p, and the largest p keeps its value.
+    for a in significance {
+        for b in significance {
+            if a["p_value"].as_f64() < b["p_value"].as_f64() {
+                assert!(a["q_value"].as_f64() <= b["q_value"].as_f64(), "{a} {b}");
+            }
+        }
+    }
+    let top = significance
+        .iter()
+        .max_by(|a, b| {
+            a["p_value"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["p_value"].as_f64().unwrap())
+        })
+        .unwrap();
+    assert_eq!(top["q_value"], top["p_value"]);
+    // p and q come from the paper's verdicts whatever the profile.
+    assert_eq!(paper["significance"], fdr["significance"]);
+
+    // Table 2 under fdr: exactly the passed tests 1–9 cells with q < 0.05 of each model.
+    assert!(
+        cells
+            .iter()
+            .any(|c| c.test.number() <= 6 && c.result.passed),
+        "some test 1–6 cell passes by the paper's rule, so fdr has something to drop"
+    );
+    assert_eq!(fdr["scoring"], "fdr");
+    for (p_model, f_model) in paper["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(fdr["models"].as_array().unwrap())
+    {
+        let id = f_model["id"].as_str().unwrap();
+        let significant = significance
+            .iter()
+            .filter(|r| {
+                r["model"] == id
+                    && r["number"].as_u64().unwrap() <= 9
+                    && r["passed"] == true
+                    && r["q_value"].as_f64().unwrap() < 0.05
+            })
+            .count();
+        assert_eq!(f_model["contamination_passed"], significant, "{id}");
+        let paper_model = paper["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap();
+        assert!(
+            paper_model["contamination_passed"].as_u64()
+                >= f_model["contamination_passed"].as_u64()
+        );
+        assert_eq!(paper_model["membership"], f_model["membership"], "{id}");
+        assert_eq!(
+            p_model["contamination_cells"],
+            f_model["contamination_cells"]
+        );
+    }
+
+    // report.md: Table 2 as scores.json ranks it, then every significance row with its q.
+    for (md, scores) in [(&paper_md, &paper), (&fdr_md, &fdr)] {
+        assert_table_shapes(md);
+        assert!(
+            md.contains("## Table 2: models ranked by contamination"),
+            "{md}"
+        );
+        for m in scores["models"].as_array().unwrap() {
+            let prefix = format!(
+                "| {} | {} | tabcontam | ",
+                m["rank"],
+                m["label"].as_str().unwrap()
+            );
+            let row = md
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no `{prefix}` row in\n{md}"));
+            let fraction = format!(
+                " {}/{} ",
+                m["contamination_passed"], m["contamination_cells"]
+            );
+            assert!(row.contains(&fraction), "{row}");
+        }
+        let section = &md[md.find("## Significance").unwrap()..];
+        let rows: Vec<&str> = section
+            .lines()
+            .filter(|l| l.starts_with("| "))
+            .skip(2)
+            .collect();
+        assert_eq!(rows.len(), significance.len(), "{section}");
+        assert!(section.contains("| p | p (Holm) | q (BH) |"), "{section}");
+        for (line, row) in rows.iter().zip(significance) {
+            let q = row["q_value"].as_f64().unwrap();
+            let shown = if q < 0.001 {
+                "<0.001".to_string()
+            } else {
+                format!("{q:.3}")
+            };
+            let cells: Vec<&str> = line.split(" | ").collect();
+            assert_eq!(cells[7], shown, "{line}");
+        }
+    }
+    eprintln!("{fdr_md}");
+    assert!(fdr_md.contains("Scoring profile: fdr: a cell of tests 1–9 passes only"));
+    assert!(paper_md.contains("Scoring profile: paper: "));
 }

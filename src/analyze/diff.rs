@@ -82,6 +82,24 @@ pub struct ModelDiff {
     pub accuracy: Vec<AccuracyChange>,
 }
 
+impl AccuracyChange {
+    /// Whether the share of correct answers differs between A and B (compared exactly, as
+    /// fractions).
+    pub fn changed(&self) -> bool {
+        self.a.correct * self.b.trials != self.b.correct * self.a.trials
+    }
+}
+
+impl ModelDiff {
+    /// The diff with only the cells whose verdict or accuracy changed: accuracy cells whose
+    /// share of correct answers is the same in A and B are dropped (`diff --only-changed`).
+    /// Gained and lost cells are changes; cells only one side has are kept (not compared).
+    pub fn only_changed(mut self) -> ModelDiff {
+        self.accuracy.retain(AccuracyChange::changed);
+        self
+    }
+}
+
 fn is_answer_test(test: TestId) -> bool {
     test == TestId::Membership || test.kind() == TestKind::Classification
 }

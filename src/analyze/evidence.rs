@@ -1,11 +1,13 @@
 //! Evidence behind each verdict (SPEC §8): how many passing trials are echoes and the
-//! cell's chance level, shown beside the verdict, and the `strict` scoring profile that
-//! drops echo passes and cells a knowledge-free model passes too often.
+//! cell's chance level, shown beside the verdict, and the scoring profiles beyond the
+//! paper's: `strict` drops echo passes and cells a knowledge-free model passes too often,
+//! `fdr` keeps only passes whose Benjamini–Hochberg q-value is below 0.05.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
+use super::SignificanceCell;
 use crate::probe::chance::{Chance, STRICT_CHANCE_THRESHOLD};
 use crate::probe::{NO_SERIALIZATION, TestId, TestKind};
 use crate::store::{CellRow, OWN_SOURCE, TrialRow};
@@ -20,6 +22,10 @@ pub enum Scoring {
     /// Echo passes do not count, and a cell whose chance level is at least
     /// [`STRICT_CHANCE_THRESHOLD`] does not pass.
     Strict,
+    /// A cell of tests 1–9 of ours passes only when its Benjamini–Hochberg q-value (across
+    /// every cell with a p-value in the report) is below [`crate::significance::ALPHA`];
+    /// a cell without a p-value does not pass.
+    Fdr,
 }
 
 impl Scoring {
@@ -27,11 +33,12 @@ impl Scoring {
         match self {
             Scoring::Paper => "paper",
             Scoring::Strict => "strict",
+            Scoring::Fdr => "fdr",
         }
     }
 
     pub fn parse(text: &str) -> Option<Scoring> {
-        [Scoring::Paper, Scoring::Strict]
+        [Scoring::Paper, Scoring::Strict, Scoring::Fdr]
             .into_iter()
             .find(|s| s.id() == text.trim())
     }
@@ -42,6 +49,11 @@ impl Scoring {
             Scoring::Paper => "paper: a cell passes by its test's rule (echoes and chance are shown, not subtracted)".to_string(),
             Scoring::Strict => format!(
                 "strict: passing trials that are echoes do not count toward the test's rule, and a cell whose chance level is ≥ {STRICT_CHANCE_THRESHOLD} does not pass (cells without a computable chance level keep their verdict)"
+            ),
+            Scoring::Fdr => format!(
+                "fdr: a cell of tests 1–9 passes only when it passed by its test's rule and its Benjamini–Hochberg q-value, across every cell with a p-value in this report, is < {alpha} (p: the cell's chance level when passed, 1 otherwise), so at most {percent} % of the passes counted are expected to be false discoveries; a cell without a p-value does not pass, since a pass with no error rate would void that guarantee: tests 1–6 always (free-text answers have no knowledge-free null), tests 7–9 whose chance level is not computable or not recorded (a new tabcontam run of the spec records it). Imported cells keep their published verdict (their chance levels are not known)",
+                alpha = crate::significance::ALPHA,
+                percent = crate::significance::ALPHA * 100.0,
             ),
         }
     }
@@ -159,6 +171,51 @@ pub fn strict_cells(cells: &[CellRow], trials: &[TrialRow]) -> Vec<CellRow> {
                 }
             }
             strict
+        })
+        .collect()
+}
+
+/// The cells as the `fdr` profile scores them: a cell of tests 1–9 of ours keeps its pass
+/// only when its q-value in `significance` (the report's family) is below
+/// [`crate::significance::ALPHA`]; a cell with no q-value there does not pass. Imported
+/// cells and tests 10–16 are unchanged.
+pub fn fdr_cells(cells: &[CellRow], significance: &[SignificanceCell]) -> Vec<CellRow> {
+    let q: HashMap<CellKey<'_>, f64> = significance
+        .iter()
+        .filter_map(|s| {
+            let test = TestId::parse(&s.test)?;
+            let serialization = s.serialization.as_deref().unwrap_or(NO_SERIALIZATION);
+            Some((
+                (
+                    s.model.as_str(),
+                    s.dataset.as_str(),
+                    test,
+                    serialization,
+                    s.seed,
+                ),
+                s.q_value,
+            ))
+        })
+        .collect();
+    cells
+        .iter()
+        .map(|c| {
+            let mut fdr = c.clone();
+            if c.source != OWN_SOURCE || !TestId::CONTAMINATION.contains(&c.test) {
+                return fdr;
+            }
+            let significant = q
+                .get(&cell_key(c))
+                .is_some_and(|&q| q < crate::significance::ALPHA);
+            if c.result.passed && !significant {
+                fdr.result.passed = false;
+                fdr.result.score = 0.0;
+                for sample in &mut fdr.samples {
+                    sample.passed = false;
+                    sample.score = 0.0;
+                }
+            }
+            fdr
         })
         .collect()
 }
@@ -358,6 +415,77 @@ mod tests {
             }),
             "passed (1 of 1 passing trials are echoes; chance not computable)"
         );
+    }
+
+    /// The report's family: tests 7–9 by their verdict's p-value (chance level when passed,
+    /// raised to a Monte Carlo cell's bound; 1 when not passed), test 10 by its binomial p;
+    /// tests 1–6 and imported cells are not in it. Reference values:
+    /// scipy.stats.binomtest(62, 100, 0.5, alternative="greater").pvalue =
+    /// 0.01048936783892586; scipy.stats.false_discovery_control([1.0, 0.2, 0.001,
+    /// 0.01048936783892586, 0.0004], method="bh") = [1.0, 0.25, 0.0025, 0.0174822797315431,
+    /// 0.002]; Holm for model m (by hand): 0.001 × 4 = 0.004.
+    #[test]
+    fn fdr_keeps_passes_with_q_below_005_and_fails_cells_without_a_p_value() {
+        let mut cells = vec![
+            cell(TestId::IncompleteCompletion, 0, Some(0.01)),
+            cell(TestId::FullCompletion, 1, Some(0.2)),
+            cell(TestId::FeatureCompletion, 1, Some(0.001)),
+            cell(TestId::FeatureListInformed, 1, None),
+        ];
+        let mut membership = cell(TestId::Membership, 62, None);
+        membership.result = CellResult {
+            passed: false,
+            score: 0.62,
+            trials: 100,
+            passed_trials: 62,
+            invalid_trials: 0,
+            trial_chance: Some(0.5),
+        };
+        membership.chance = None;
+        cells.push(membership);
+        // Model n: a Monte Carlo cell no guessed line passed (estimate 0, bound 4e-4).
+        let mut unseen = cell(TestId::FeatureCompletion, 1, Some(0.0));
+        unseen.model = "n".into();
+        unseen.chance.as_mut().unwrap().basis =
+            "Monte Carlo, 20000 guessed lines per trial; cell chance < 4.0e-4".into();
+        cells.push(unseen);
+        let mut imported = cell(TestId::FeatureListInformed, 1, None);
+        imported.source = "paper".into();
+        cells.push(imported);
+
+        let rows = crate::analyze::significance(&cells);
+        let got: Vec<(&str, &str, f64, &str)> = rows
+            .iter()
+            .map(|r| (r.model.as_str(), r.test.as_str(), r.p_value, r.chance_of))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("m", "incomplete-completion", 1.0, "cell"),
+                ("m", "full-completion", 0.2, "cell"),
+                ("m", "feature-completion", 0.001, "cell"),
+                ("m", "membership", rows[3].p_value, "trial"),
+                ("n", "feature-completion", 4.0e-4, "cell"),
+            ]
+        );
+        assert!((rows[3].p_value - 0.010_489_367_838_925_86).abs() < 1e-12);
+        let expected_q = [1.0, 0.25, 0.0025, 0.017_482_279_731_543_1, 0.002];
+        for (row, q) in rows.iter().zip(expected_q) {
+            assert!((row.q_value - q).abs() < 1e-12, "{row:?}");
+        }
+        assert!((rows[2].p_holm - 0.004).abs() < 1e-12);
+        // BH runs across both models; Holm within each (n's only cell keeps its p).
+        assert_eq!(rows[4].p_holm, 4.0e-4);
+
+        let fdr = fdr_cells(&cells, &rows);
+        let passed: Vec<bool> = fdr.iter().map(|c| c.result.passed).collect();
+        // 7: not passed, stays; 8: q 0.25, dropped; 9: q 0.0025, kept; 1: no p-value,
+        // dropped; membership: unchanged; n's 9: q 0.002, kept; imported: unchanged.
+        assert_eq!(passed, [false, false, true, false, false, true, true]);
+        assert!(fdr[1].samples.iter().all(|s| !s.passed) && fdr[1].result.score == 0.0);
+        assert_eq!(fdr[4], cells[4]);
+        assert_eq!(Scoring::parse("fdr"), Some(Scoring::Fdr));
+        assert!(Scoring::Fdr.rule().contains("tests 1–6 always"));
     }
 
     /// A Monte Carlo cell whose guessed lines never passed shows the bound its draws vouch

@@ -116,7 +116,8 @@ impl<T> Doing<T> for duckdb::Result<T> {
 pub struct Options {
     /// The template whose cells the scores use (other templates feed the serialization study).
     pub primary_serialization: String,
-    /// `paper` (default) or `strict` (echo passes and high-chance cells do not count).
+    /// `paper` (default), `strict` (echo passes and high-chance cells do not count) or
+    /// `fdr` (passes with a Benjamini–Hochberg q-value below 0.05 only).
     pub scoring: Scoring,
     /// Trials kept per cell for the report's trial explorer (0: no explorer).
     pub explorer_trials: usize,
@@ -246,17 +247,20 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     analytics.load_datasets(&store.datasets()?)?;
     let cells = store.cells()?;
     let trials = store.trials()?;
-    // The strict profile re-decides cells before anything is scored, so every view
-    // (scores, heatmaps, calibration) follows it.
+    // Significance (p, Holm, BH q) is computed on the paper's verdicts; the strict and fdr
+    // profiles re-decide cells before anything is scored, so every view (scores, heatmaps,
+    // calibration) follows them.
+    let significance = significance(&cells);
     let scored = match options.scoring {
         Scoring::Paper => cells.clone(),
         Scoring::Strict => evidence::strict_cells(&cells, &trials),
+        Scoring::Fdr => evidence::fdr_cells(&cells, &significance),
     };
     analytics.load_cells(&scored)?;
     analytics.load_trials(trials.iter().map(TrialOutcome::from))?;
     let mut analysis = analytics.analyze(options)?;
     analysis.examples = examples(store, &trials, &analysis)?;
-    analysis.significance = significance(&cells);
+    analysis.significance = significance;
     analysis.evidence = evidence::evidence(&cells, &trials);
     analysis.calibration =
         calibration::calibrate(&models, &scored, &trials, &options.primary_serialization);

@@ -1,16 +1,31 @@
-//! What the report adds to the queries' results in plain Rust: significance with Holm,
-//! example outputs, series ranks, mean accuracies and correlations, test descriptions.
+//! What the report adds to the queries' results in plain Rust: significance with Holm and
+//! Benjamini–Hochberg, example outputs, series ranks, mean accuracies and correlations, test descriptions.
 
 use super::*;
 
-/// Our cells that have a chance level, with exact binomial p-values and Holm's adjustment
-/// across each model's cells (plain Rust: a model has a few thousand cells at most).
+/// Every cell of ours with a p-value (the report's family, see
+/// [`crate::significance::MULTIPLE_COMPARISONS_NOTE`]): tests 10–16 with the exact binomial
+/// p of their passed trials under the per-trial chance level; tests 7–9 with the p-value of
+/// their verdict under the cell's chance level ([`verdict_p_value`]). Holm's adjustment runs
+/// across each model's cells, Benjamini–Hochberg's q-values across all of them (plain Rust:
+/// a model has a few thousand cells at most). Cells without a p-value (tests 1–6, skipped
+/// cells, cells whose chance level is not computable or predates the chance column) are not
+/// in the family.
+///
+/// [`verdict_p_value`]: crate::significance::verdict_p_value
 pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
     let mut rows: Vec<SignificanceCell> = cells
         .iter()
         .filter(|c| c.source == crate::store::OWN_SOURCE)
         .filter_map(|c| {
-            let p_value = c.result.p_value()?;
+            let (chance, chance_of, p_value) = match c.result.p_value() {
+                Some(p) => (c.result.trial_chance?, "trial", p),
+                None => {
+                    let chance = verdict_chance(c)?;
+                    let p = crate::significance::verdict_p_value(c.result.passed, chance);
+                    (chance, "cell", p)
+                }
+            };
             Some(SignificanceCell {
                 model: c.model.clone(),
                 dataset: c.dataset.clone(),
@@ -23,9 +38,11 @@ pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
                 score: c.result.score,
                 trials: c.result.trials as u64,
                 passed_trials: c.result.passed_trials as u64,
-                chance: c.result.trial_chance?,
+                chance,
+                chance_of,
                 p_value,
                 p_holm: p_value,
+                q_value: p_value,
             })
         })
         .collect();
@@ -54,7 +71,27 @@ pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
         }
         start = end;
     }
+    let p: Vec<f64> = rows.iter().map(|r| r.p_value).collect();
+    for (row, q) in rows
+        .iter_mut()
+        .zip(crate::significance::benjamini_hochberg(&p))
+    {
+        row.q_value = q;
+    }
     rows
+}
+
+/// The chance level a cell of tests 7–9 is judged against: its stored level, raised to the
+/// bound its Monte Carlo draws vouch for when some trial's guesses never passed (an
+/// estimate of 0 would claim more than the draws show). `None` for tests 1–6, skipped
+/// cells and levels not computable or not recorded.
+fn verdict_chance(c: &CellRow) -> Option<f64> {
+    if !TestId::CONTAMINATION.contains(&c.test) || c.skipped.is_some() {
+        return None;
+    }
+    let chance = c.chance.as_ref()?;
+    let level = chance.level?;
+    Some(crate::probe::chance::cell_bound(&chance.basis).map_or(level, |bound| level.max(bound)))
 }
 
 /// Per series of ours and test, one trial's output: the first passed trial (by dataset

@@ -91,12 +91,18 @@ pub struct SignificanceCell {
     pub score: f64,
     pub trials: u64,
     pub passed_trials: u64,
-    /// Probability that one trial passes by chance.
+    /// Probability that one trial passes by chance (`chance_of` = `trial`, tests 10–16), or
+    /// that the cell passes by chance (`cell`, tests 7–9: its chance level).
     pub chance: f64,
-    /// Exact one-sided binomial P(X ≥ passed_trials) under `chance`.
+    /// `trial` or `cell`: what `chance` is the chance of.
+    pub chance_of: &'static str,
+    /// Tests 10–16: exact one-sided binomial P(X ≥ passed_trials) under `chance`; tests
+    /// 7–9: `chance` when the cell passed, 1 when it did not.
     pub p_value: f64,
     /// Holm-adjusted across the cells of the same model.
     pub p_holm: f64,
+    /// Benjamini–Hochberg q-value across every cell of the report that has a p-value.
+    pub q_value: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]

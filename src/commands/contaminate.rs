@@ -32,6 +32,13 @@ pub fn run(args: ContaminateArgs) -> anyhow::Result<ExitCode> {
     settings.seq_len = args.seq_len;
     settings.windows = WindowLayout::parse(&args.windows)?;
     settings.seed = args.seed;
+    if !(args.resume_every.is_finite() && args.resume_every >= 0.0) {
+        anyhow::bail!(
+            "--resume-every {}: give a number of seconds, 0 or more (e.g. 300)",
+            args.resume_every
+        );
+    }
+    settings.resume_every = std::time::Duration::from_secs_f64(args.resume_every);
     let started = Instant::now();
     let checkpoints = train::build_checkpoints(&settings, &mut |line| eprintln!("{line}"))?;
     let mut out = std::io::stdout().lock();

@@ -1,11 +1,13 @@
 //! `tabcontam diff A B`: cells gained and lost and accuracy changes between two models, or
-//! (`--runs`) between two runs.
+//! (`--runs`) between two runs; as text, JSON or a Markdown table (`--md`), all cells or
+//! (`--only-changed`) only those whose verdict or accuracy changed.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use crate::analyze::diff::{AccuracySide, DiffCell, ModelDiff, diff_models, diff_runs};
 use crate::cli::DiffArgs;
+use crate::report::markdown::{Align, Cell, escape, table};
 use crate::store::Store;
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
@@ -28,50 +30,137 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         };
         let (a, b) = (run_id(&args.a)?, run_id(&args.b)?);
         let runs = store.runs()?;
-        let diff = diff_runs(&store.cells()?, &runs, a, b)?;
+        let mut diff = diff_runs(&store.cells()?, &runs, a, b)?;
+        if args.only_changed {
+            diff.diff = diff.diff.only_changed();
+        }
         if args.json {
             serde_json::to_writer_pretty(&mut out, &diff)?;
             writeln!(out)?;
             return Ok(ExitCode::SUCCESS);
         }
+        // Markdown: each line a paragraph of its own (an empty line after it).
+        let (md, end) = if args.md {
+            (escape as fn(&str) -> String, "\n")
+        } else {
+            (str::to_string as fn(&str) -> String, "")
+        };
         for side in [&diff.run_a, &diff.run_b] {
+            let models = if side.models.is_empty() {
+                "no model".to_string()
+            } else {
+                side.models.join(", ")
+            };
             writeln!(
                 out,
-                "run {} ({}, started {}): holds {} cells of {}",
+                "run {} ({}, started {}): holds {} cells of {}{end}",
                 side.run,
-                side.spec_name,
-                side.started_at,
+                md(&side.spec_name),
+                md(&side.started_at),
                 side.cells,
-                if side.models.is_empty() {
-                    "no model".to_string()
-                } else {
-                    side.models.join(", ")
-                }
+                md(&models)
             )?;
         }
         if diff.matched_by == "cell-across-models" {
             writeln!(
                 out,
-                "one model each: cells matched by dataset, test, template and seed"
+                "one model each: cells matched by dataset, test, template and seed{end}"
             )?;
         }
-        writeln!(
-            out,
-            "note: {}
-",
-            diff.limitation
-        )?;
-        print_diff(&mut out, &diff.diff)?;
-        return Ok(ExitCode::SUCCESS);
+        writeln!(out, "note: {}\n", diff.limitation)?;
+        return match args.md {
+            true => print_markdown(&mut out, &diff.diff),
+            false => print_diff(&mut out, &diff.diff),
+        }
+        .map(|()| ExitCode::SUCCESS)
+        .map_err(Into::into);
     }
-    let diff = diff_models(&store.cells()?, &args.a, &args.b)?;
+    let mut diff = diff_models(&store.cells()?, &args.a, &args.b)?;
+    if args.only_changed {
+        diff = diff.only_changed();
+    }
     if args.json {
         serde_json::to_writer_pretty(&mut out, &diff)?;
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    print_diff(&mut out, &diff)?;
+    match args.md {
+        true => print_markdown(&mut out, &diff)?,
+        false => print_diff(&mut out, &diff)?,
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The diff as Markdown: the summary line, one table of the listed cells (gained and lost
+/// cells with their verdicts, accuracy cells with A's and B's share and interval) and the
+/// counts of cells only one side has. Every id and name is escaped (untrusted text).
+fn print_markdown(out: &mut impl Write, diff: &ModelDiff) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "**{} → {}**: {} cells of tests 1–9 in both; passed {} → {} ({} gained, {} lost)\n",
+        escape(&diff.a),
+        escape(&diff.b),
+        diff.compared,
+        diff.passed_a,
+        diff.passed_b,
+        diff.gained.len(),
+        diff.lost.len()
+    )?;
+    let mut rows: Vec<Vec<Cell>> = Vec::new();
+    for (cells, a, b, change) in [
+        (&diff.gained, "fail", "pass", "gained"),
+        (&diff.lost, "pass", "fail", "lost"),
+    ] {
+        for cell in cells {
+            rows.push(vec![
+                Cell::markdown(cell_name_md(cell)),
+                a.into(),
+                b.into(),
+                change.into(),
+            ]);
+        }
+    }
+    // Numbers and intervals are ours: written as they are (`[0.40, 0.60]`, not `\[…\]`).
+    for change in &diff.accuracy {
+        rows.push(vec![
+            Cell::markdown(cell_name_md(&change.cell)),
+            Cell::markdown(side(&change.a)),
+            Cell::markdown(side(&change.b)),
+            Cell::markdown(format!(
+                "{:+.3}{}",
+                change.delta,
+                if change.separated { " *" } else { "" }
+            )),
+        ]);
+    }
+    if rows.is_empty() {
+        writeln!(out, "No cell changed.")?;
+    } else {
+        let columns = [
+            ("Cell", Align::Left),
+            (diff.a.as_str(), Align::Right),
+            (diff.b.as_str(), Align::Right),
+            ("Change", Align::Right),
+        ];
+        write!(out, "{}", table(&columns, &rows))?;
+        if !diff.accuracy.is_empty() {
+            writeln!(
+                out,
+                "\nAccuracy: share of correct answers with its 95 % Wilson interval and trials; change = B − A; * = intervals apart."
+            )?;
+        }
+    }
+    for (model, cells) in [(&diff.a, &diff.only_in_a), (&diff.b, &diff.only_in_b)] {
+        if !cells.is_empty() {
+            writeln!(
+                out,
+                "\nOnly {} has {} cells (not compared).",
+                escape(model),
+                cells.len()
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn print_diff(out: &mut impl Write, diff: &ModelDiff) -> std::io::Result<()> {
@@ -140,6 +229,21 @@ fn cell_name(cell: &DiffCell) -> String {
     };
     if let Some(serialization) = &cell.serialization {
         name.push_str(&format!(" [{serialization}]"));
+    }
+    if cell.seed != 0 {
+        name.push_str(&format!(" seed {}", cell.seed));
+    }
+    name
+}
+
+/// [`cell_name`] in Markdown: the ids and names escaped, the punctuation ours.
+fn cell_name_md(cell: &DiffCell) -> String {
+    let mut name = match &cell.model {
+        Some(model) => format!("{}: {} {}", escape(model), escape(&cell.dataset), cell.test),
+        None => format!("{} {}", escape(&cell.dataset), cell.test),
+    };
+    if let Some(serialization) = &cell.serialization {
+        name.push_str(&format!(" [{}]", escape(serialization)));
     }
     if cell.seed != 0 {
         name.push_str(&format!(" seed {}", cell.seed));

@@ -1,5 +1,5 @@
 //! `tabcontam report`: analyzes the cache (DuckDB) and writes the reports (JSON, HTML,
-//! LaTeX, CSV) into the output folder.
+//! LaTeX, CSV, Markdown) into the output folder.
 
 use std::io::Write;
 use std::path::Path;
@@ -28,6 +28,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             ReportFormat::Html => Format::Html,
             ReportFormat::Latex => Format::Latex,
             ReportFormat::Csv => Format::Csv,
+            ReportFormat::Md => Format::Markdown,
         })
         .collect();
     let options = report::Options {
@@ -75,7 +76,7 @@ pub(crate) fn analyze_cache(
                 None => crate::analyze::Scoring::Paper,
                 Some(text) => crate::analyze::Scoring::parse(text).ok_or_else(|| {
                     anyhow::anyhow!(
-                        "--scoring {text}: unknown profile; use `paper` (default) or `strict`"
+                        "--scoring {text}: unknown profile; use `paper` (default), `strict` or `fdr`"
                     )
                 })?,
             },

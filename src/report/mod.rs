@@ -1,6 +1,7 @@
 //! Reports: turns an [`Analysis`] into `scores.json`, `report.html` (one self-contained
 //! page), `report.tex` (standalone, plus `table2.tex` and `heatmap-<model>.tex` snippets to
-//! `\input` into a paper) and CSV files for pandas users.
+//! `\input` into a paper), CSV files for pandas users and `report.md` (Table 2 and the
+//! significance table as Markdown).
 //!
 //! Architecture Invariant: `report` takes plain structs, never a connection; rendering is
 //! a pure function of the analysis (and of an optional timestamp, off by default), so the
@@ -14,6 +15,7 @@ mod csv;
 mod evidence_page;
 pub mod explorer;
 pub mod likelihood;
+pub mod markdown;
 mod page;
 pub mod site;
 pub mod svg;
@@ -35,6 +37,7 @@ pub enum Format {
     Html,
     Latex,
     Csv,
+    Markdown,
 }
 
 /// Rendering settings.
@@ -76,6 +79,10 @@ pub fn render(
             }),
             Format::Latex => files.extend(page.latex_files()?),
             Format::Csv => files.extend(csv::files(analysis)),
+            Format::Markdown => files.push(File {
+                name: "report.md".into(),
+                contents: markdown::report(analysis, options.timestamp.as_deref()),
+            }),
         }
     }
     Ok(files)
@@ -119,11 +126,12 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         evolution: &'a [crate::analyze::EvolutionStep],
         negative_controls: &'a crate::analyze::NegativeControls,
         examples: &'a [crate::analyze::Example],
-        /// Cells with a chance level: `p_value` (exact one-sided binomial) and `p_holm`.
+        /// Cells with a p-value: `p_value`, `p_holm` (per model) and `q_value`
+        /// (Benjamini–Hochberg across the report).
         significance: &'a [crate::analyze::SignificanceCell],
         significance_note: &'static str,
         verbatim_rule: &'static str,
-        /// The scoring profile (`paper` or `strict`) and its rule.
+        /// The scoring profile (`paper`, `strict` or `fdr`) and its rule.
         scoring: crate::analyze::Scoring,
         scoring_rule: &'a str,
         /// Every cell of ours with its echo count and chance level (SPEC §8).

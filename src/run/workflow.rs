@@ -256,7 +256,7 @@ fn get_ready(spec: &Spec, settings: &RunSettings) -> anyhow::Result<Ready> {
 
     // Look first, write later: a bad spec, a missing key or a foreign cache file must fail
     // before anything is written.
-    let cached: HashSet<RequestKey> = Store::open_read_only(&settings.cache)?.cached_keys(&keys)?;
+    let cached: HashSet<RequestKey> = read_only_store(&settings.cache)?.cached_keys(&keys)?;
     let mut missing_per_model: Vec<Vec<&RequestKey>> = vec![Vec::new(); spec.models.len()];
     let mut planned_per_model = vec![0u64; spec.models.len()];
     let mut other_shards = 0u64;
@@ -357,6 +357,19 @@ fn get_ready(spec: &Spec, settings: &RunSettings) -> anyhow::Result<Ready> {
         other_shards,
         dictionary,
     })
+}
+
+/// The cache for the run's first look, read-only. A cache of an older schema is upgraded
+/// first (its migrations keep every answer): a run is the command that upgrades caches, so
+/// it must not refuse one for being old. By now the spec is planned and valid.
+fn read_only_store(cache: &Path) -> anyhow::Result<Store> {
+    match Store::open_read_only(cache) {
+        Err(crate::store::StoreError::OlderSchema { .. }) => {
+            drop(Store::open(cache)?);
+            Ok(Store::open_read_only(cache)?)
+        }
+        opened => Ok(opened?),
+    }
 }
 
 /// The weights of every local model of the run, fetching the default model if needed.

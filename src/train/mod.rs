@@ -11,15 +11,16 @@
 
 pub mod data;
 pub mod llama;
+pub mod optimizer;
+pub mod resume;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::catalog::Catalog;
@@ -30,6 +31,8 @@ use crate::infer::weights::Weights;
 pub use data::{RowSelection, TextForm, WindowLayout};
 use data::{SeededRng, Window};
 use llama::LlamaTrainer;
+use optimizer::{AdamW, AdamWSettings};
+use resume::Position;
 
 /// The manifest's file name inside each checkpoint folder.
 pub const MANIFEST_FILE: &str = "tabcontam-manifest.json";
@@ -117,6 +120,9 @@ pub struct ContaminationSettings {
     pub seed: u64,
     /// The series folder: `epoch-001/`, `epoch-002/`, … and `loss.csv`.
     pub out: PathBuf,
+    /// How often the resume state is saved (besides every epoch's end): a killed run loses
+    /// at most this much training.
+    pub resume_every: Duration,
 }
 
 impl ContaminationSettings {
@@ -139,6 +145,7 @@ impl ContaminationSettings {
             windows: WindowLayout::Packed,
             seed: 0,
             out,
+            resume_every: Duration::from_secs(300),
         }
     }
 
@@ -354,36 +361,69 @@ pub fn build_checkpoints(
     ));
 
     std::fs::create_dir_all(&settings.out).map_err(|e| TrainError::io(&settings.out, e))?;
-    let loss_path = settings.out.join(LOSS_FILE);
-    let mut loss_file =
-        std::fs::File::create(&loss_path).map_err(|e| TrainError::io(&loss_path, e))?;
-    writeln!(loss_file, "step,epoch,loss,tokens,seconds")
-        .map_err(|e| TrainError::io(&loss_path, e))?;
-
     let vars = model.vars();
+    let named: Vec<(String, candle_core::Var)> = model
+        .named_vars()
+        .into_iter()
+        .map(|(name, var)| (name, var.clone()))
+        .collect();
     let mut optimizer = AdamW::new(
-        vars.clone(),
-        ParamsAdamW {
-            lr: settings.learning_rate,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: settings.weight_decay,
-        },
-    )
-    .map_err(candle_err("creating the optimizer"))?;
+        named,
+        AdamWSettings::new(settings.learning_rate, settings.weight_decay),
+    );
+    let resumed = resume::position(&settings.out, &inputs_digest)?;
+    if let Some(position) = &resumed {
+        resume::restore(&settings.out, position, &model, &mut optimizer)?;
+        progress(&format!(
+            "resuming from epoch {} step {} ({} of its {steps_per_epoch} steps done, {:.0} s trained)",
+            position.epoch, position.step, position.steps_in_epoch, position.seconds
+        ));
+    }
+    let loss_path = settings.out.join(LOSS_FILE);
+    let mut loss_file = resume::loss_log(&loss_path, resumed.as_ref().map_or(0, |p| p.step))?;
+
     let started = Instant::now();
-    let mut step = 0;
-    let mut tokens_trained = 0u64;
+    let earlier_seconds = resumed.as_ref().map_or(0.0, |p| p.seconds);
+    let mut last_save = Instant::now();
+    let mut step = resumed.as_ref().map_or(0, |p| p.step);
+    let steps_at_start = step;
+    let total_steps = steps_per_epoch * settings.epochs;
+    let mut tokens_trained = resumed.as_ref().map_or(0, |p| p.tokens_trained);
     let mut checkpoints = Vec::new();
+    let first_epoch = resumed.as_ref().map_or(1, |p| p.epoch);
     for epoch in 1..=settings.epochs {
         if epoch > 1 && settings.windows == WindowLayout::Mixed {
             windows = epoch_windows(epoch)?;
         }
+        if epoch < first_epoch {
+            // Trained before the resume: only its checkpoint (already on disk) is needed.
+            if wanted.contains(&epoch) {
+                let dir = checkpoint_dir(&settings.out, epoch);
+                let manifest = existing.get(&epoch).cloned().ok_or_else(|| TrainError::BadModel {
+                    path: dir.clone(),
+                    detail: format!(
+                        "the resume state is past epoch {epoch} but its checkpoint is missing; delete {} to train from the start",
+                        resume::resume_dir(&settings.out).display()
+                    ),
+                })?;
+                checkpoints.push(Checkpoint {
+                    dir,
+                    manifest,
+                    reused: true,
+                });
+            }
+            continue;
+        }
         let mut order: Vec<usize> = (0..windows.len()).collect();
         SeededRng::new(&format!("train-order/{}/{epoch}", settings.seed)).shuffle(&mut order);
-        let (mut epoch_loss, mut epoch_targets) = (0.0, 0.0);
-        for step_windows in order.chunks(per_step) {
+        let (mut epoch_loss, mut epoch_targets, done_in_epoch) = match &resumed {
+            Some(p) if p.epoch == epoch => (p.epoch_loss, p.epoch_targets, p.steps_in_epoch),
+            _ => (0.0, 0.0, 0),
+        };
+        for (in_epoch, step_windows) in order.chunks(per_step).enumerate() {
+            if in_epoch < done_in_epoch {
+                continue;
+            }
             let targets: usize = step_windows.iter().map(|&w| windows[w].ids.len() - 1).sum();
             let mut accumulated: Option<GradStore> = None;
             let mut step_loss = 0.0;
@@ -427,14 +467,32 @@ pub fn build_checkpoints(
             let mean = step_loss / targets as f64;
             epoch_loss += step_loss;
             epoch_targets += targets as f64;
-            let seconds = started.elapsed().as_secs_f64();
+            let session = started.elapsed().as_secs_f64();
+            let seconds = earlier_seconds + session;
             writeln!(loss_file, "{step},{epoch},{mean:.6},{targets},{seconds:.3}")
                 .map_err(|e| TrainError::io(&loss_path, e))?;
+            let per_step_seconds = session / (step - steps_at_start) as f64;
             progress(&format!(
-                "epoch {epoch}/{} step {step} loss {mean:.4} ({:.0} tokens/s)",
+                "epoch {epoch}/{} step {step}/{total_steps} loss {mean:.4} ({:.0} tokens/s, ETA {})",
                 settings.epochs,
-                tokens_trained as f64 / seconds.max(1e-9)
+                tokens_trained as f64 / seconds.max(1e-9),
+                resume::eta((total_steps - step) as f64 * per_step_seconds)
             ));
+            let epoch_done = (in_epoch + 1) * per_step >= order.len();
+            if (last_save.elapsed() >= settings.resume_every || epoch_done) && step < total_steps {
+                let position = Position {
+                    inputs_digest: inputs_digest.clone(),
+                    epoch,
+                    steps_in_epoch: in_epoch + 1,
+                    step,
+                    tokens_trained,
+                    epoch_loss,
+                    epoch_targets,
+                    seconds,
+                };
+                resume::save(&settings.out, &position, &model, &optimizer)?;
+                last_save = Instant::now();
+            }
         }
         if !wanted.contains(&epoch) {
             continue;
@@ -489,6 +547,7 @@ pub fn build_checkpoints(
             reused: false,
         });
     }
+    resume::clear(&settings.out)?;
     Ok(checkpoints)
 }
 

@@ -8,6 +8,7 @@
 
 use rayon::prelude::*;
 
+pub mod adamw;
 pub mod attention;
 pub mod cpu;
 pub mod q4_1;

@@ -52,7 +52,7 @@ pub struct TikzSquare {
 
 /// One heatmap per series; `link(series, dataset, test)` (0-based positions in the
 /// analysis, test number 1–9) is where a square leads (`#anchor` or a relative path).
-pub(crate) fn heatmaps(
+pub(in crate::report) fn heatmaps(
     analysis: &Analysis,
     link: &dyn Fn(usize, usize, u8) -> Option<String>,
 ) -> Vec<Heatmap> {
@@ -164,7 +164,7 @@ pub(super) fn heatmap_tikz(
     .expect("templates/heatmap.tex renders plain values")
 }
 
-pub(crate) fn timelines(analysis: &Analysis) -> Vec<TimelineView> {
+pub(in crate::report) fn timelines(analysis: &Analysis) -> Vec<TimelineView> {
     let mut stems: HashMap<String, usize> = HashMap::new();
     timeline::timelines(&analysis.series)
         .into_iter()

@@ -12,7 +12,7 @@ use crate::analyze::{Analysis, SeriesKey};
 use crate::probe::TestId;
 
 mod figures;
-pub(crate) mod format;
+pub(in crate::report) mod format;
 mod tables;
 
 pub use figures::*;

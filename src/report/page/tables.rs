@@ -168,9 +168,10 @@ pub struct SignificanceRow {
     pub chance: String,
     pub p_value: String,
     pub p_holm: String,
+    pub q_value: String,
 }
 
-pub(crate) fn significance_rows(analysis: &Analysis) -> Vec<SignificanceRow> {
+pub(in crate::report) fn significance_rows(analysis: &Analysis) -> Vec<SignificanceRow> {
     let label = |model: &str| {
         analysis
             .series
@@ -198,15 +199,22 @@ pub(crate) fn significance_rows(analysis: &Analysis) -> Vec<SignificanceRow> {
                 fixed2(c.score)
             },
             count: format!("{}/{}", c.passed_trials, c.trials),
-            chance: format!("{:.3}", c.chance),
+            chance: match c.chance_of {
+                "cell" => format!(
+                    "{} (cell)",
+                    crate::analyze::evidence::format_probability(c.chance)
+                ),
+                _ => format!("{:.3}", c.chance),
+            },
             p_value: p_value(Some(c.p_value)),
             p_holm: p_value(Some(c.p_holm)),
+            q_value: p_value(Some(c.q_value)),
         })
         .collect()
 }
 
 /// Series whose scores come from another template than the primary one, and which.
-pub(crate) fn template_notes(analysis: &Analysis) -> Vec<String> {
+pub(in crate::report) fn template_notes(analysis: &Analysis) -> Vec<String> {
     let primary = analysis.primary_serialization.as_str();
     analysis
         .series
@@ -228,7 +236,7 @@ pub(crate) fn template_notes(analysis: &Analysis) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {
+pub(in crate::report) fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {
     // Bold: the best value as printed (two decimals), as in the paper's table.
     let best = |get: &dyn Fn(&SeriesScores) -> Option<f64>| {
         series
@@ -418,7 +426,7 @@ pub(super) fn accuracy_tables(
 }
 
 /// An accuracy cell in words: `62/100 correct, 95% CI [0.52, 0.71], 3 invalid, p = 0.010`.
-pub(crate) fn accuracy_detail(c: &AccuracyCell) -> String {
+pub(in crate::report) fn accuracy_detail(c: &AccuracyCell) -> String {
     format!(
         "{}/{} correct, 95% CI {}, {} invalid{}",
         c.correct,

@@ -418,8 +418,8 @@ pub(super) fn pages(
             facts.push((
                 "p-value",
                 format!(
-                    "{} (Holm-adjusted over the model's cells: {}); {} trials passed, chance {} per trial",
-                    s.p_value, s.p_holm, s.count, s.chance
+                    "{} (Holm-adjusted over the model's cells: {}; Benjamini–Hochberg q over the report's cells: {}); {} trials passed; chance {}",
+                    s.p_value, s.p_holm, s.q_value, s.count, s.chance
                 ),
             ));
         }

@@ -1,0 +1,192 @@
+//! The resume state of a series being trained: weights, AdamW moments and where in the
+//! seeded data order the run stood, saved in `<series>/resume/` now and then and at every
+//! epoch's end. A `contaminate` killed mid-run continues from it and writes the same
+//! checkpoints an uninterrupted run writes (the data order is a function of the seed and
+//! the epoch, so the steps left are the same steps).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::TrainError;
+use super::llama::LlamaTrainer;
+use super::optimizer::AdamW;
+
+/// The folder of the resume state inside a series folder.
+pub const RESUME_DIR: &str = "resume";
+const STATE_FILE: &str = "state.json";
+const TENSORS_FILE: &str = "state.safetensors";
+
+/// Where a run stood when its state was saved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Position {
+    /// The inputs digest of the series (a state of other inputs is never resumed).
+    pub inputs_digest: String,
+    /// The epoch in progress (1-based) and how many of its optimizer steps are done.
+    pub epoch: usize,
+    pub steps_in_epoch: usize,
+    /// Optimizer steps and target tokens since the start of the series.
+    pub step: usize,
+    pub tokens_trained: u64,
+    /// The epoch's summed loss and targets so far (its mean loss goes in the manifest).
+    pub epoch_loss: f64,
+    pub epoch_targets: f64,
+    /// Training seconds before the save (tokens/s and the ETA count from the first start).
+    pub seconds: f64,
+}
+
+pub fn resume_dir(series: &Path) -> PathBuf {
+    series.join(RESUME_DIR)
+}
+
+/// Saves the state: written into a fresh folder, then renamed over the previous one, so a
+/// kill during the save leaves the previous state whole.
+pub fn save(
+    series: &Path,
+    position: &Position,
+    model: &LlamaTrainer,
+    optimizer: &AdamW,
+) -> Result<(), TrainError> {
+    let dir = resume_dir(series);
+    let partial = series.join(format!("{RESUME_DIR}.partial"));
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
+    }
+    std::fs::create_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
+    let mut tensors = optimizer
+        .moments()
+        .map_err(super::candle_err("saving the optimizer state"))?;
+    for (name, var) in model.named_vars() {
+        tensors.insert(format!("param.{name}"), var.as_tensor().clone());
+    }
+    let tensors_path = partial.join(TENSORS_FILE);
+    candle_core::safetensors::save(&tensors, &tensors_path).map_err(super::candle_err(format!(
+        "writing {}",
+        tensors_path.display()
+    )))?;
+    let state_path = partial.join(STATE_FILE);
+    std::fs::write(
+        &state_path,
+        serde_json::to_string_pretty(position).expect("json"),
+    )
+    .map_err(|e| TrainError::io(&state_path, e))?;
+    let old = series.join(format!("{RESUME_DIR}.old"));
+    if dir.exists() {
+        if old.exists() {
+            std::fs::remove_dir_all(&old).map_err(|e| TrainError::io(&old, e))?;
+        }
+        std::fs::rename(&dir, &old).map_err(|e| TrainError::io(&dir, e))?;
+    }
+    std::fs::rename(&partial, &dir).map_err(|e| TrainError::io(&dir, e))?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(|e| TrainError::io(&old, e))?;
+    }
+    Ok(())
+}
+
+/// The saved position of `series` (`None` when nothing was saved). A state of other inputs
+/// is an error: resuming it would mix two trainings.
+pub fn position(series: &Path, inputs_digest: &str) -> Result<Option<Position>, TrainError> {
+    // A kill between the two renames of `save` leaves only the `.old` folder.
+    let dir = resume_dir(series);
+    let old = series.join(format!("{RESUME_DIR}.old"));
+    if !dir.exists() && old.exists() {
+        std::fs::rename(&old, &dir).map_err(|e| TrainError::io(&old, e))?;
+    }
+    let path = dir.join(STATE_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(TrainError::io(&path, e)),
+    };
+    let position: Position = serde_json::from_str(&text).map_err(|e| TrainError::BadModel {
+        path: path.clone(),
+        detail: format!(
+            "unreadable resume state ({e}); delete {} to start over",
+            dir.display()
+        ),
+    })?;
+    if position.inputs_digest != inputs_digest {
+        return Err(TrainError::BadModel {
+            path,
+            detail: format!(
+                "a resume state of other inputs ({}, these are {inputs_digest}): delete {} to train these inputs from the start, or write them to another --out",
+                position.inputs_digest,
+                dir.display()
+            ),
+        });
+    }
+    Ok(Some(position))
+}
+
+/// Loads the saved weights into `model` and the moments into `optimizer`.
+pub fn restore(
+    series: &Path,
+    position: &Position,
+    model: &LlamaTrainer,
+    optimizer: &mut AdamW,
+) -> Result<(), TrainError> {
+    let path = resume_dir(series).join(TENSORS_FILE);
+    let bad = |detail: String| TrainError::BadModel {
+        path: path.clone(),
+        detail: format!(
+            "{detail}; delete {} to start over",
+            resume_dir(series).display()
+        ),
+    };
+    let tensors: HashMap<String, Tensor> = candle_core::safetensors::load(&path, &Device::Cpu)
+        .map_err(|e| bad(format!("unreadable resume state ({e})")))?;
+    for (name, var) in model.named_vars() {
+        let key = format!("param.{name}");
+        let saved = tensors
+            .get(&key)
+            .ok_or_else(|| bad(format!("the resume state lacks `{key}`")))?;
+        var.set(saved)
+            .map_err(|e| bad(format!("`{key}` does not fit the model ({e})")))?;
+    }
+    optimizer
+        .restore(&tensors, position.step as u64)
+        .map_err(bad)
+}
+
+/// Removes the state once the series is complete.
+pub fn clear(series: &Path) -> Result<(), TrainError> {
+    let dir = resume_dir(series);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+    }
+    Ok(())
+}
+
+/// `loss.csv`, keeping the lines of the first `keep_steps` steps (those a resumed run does
+/// not train again) and the header.
+pub(super) fn loss_log(path: &Path, keep_steps: usize) -> Result<std::fs::File, TrainError> {
+    let mut kept = String::from("step,epoch,loss,tokens,seconds\n");
+    if keep_steps > 0 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let step: Option<usize> = line.split(',').next().and_then(|s| s.parse().ok());
+            if step.is_some_and(|s| s <= keep_steps) {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+    }
+    std::fs::write(path, kept).map_err(|e| TrainError::io(path, e))?;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| TrainError::io(path, e))
+}
+
+/// `1h02m`, `3m05s`, `12s`.
+pub(super) fn eta(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, min, sec) => format!("{min}m{sec:02}s"),
+        (h, min, _) => format!("{h}h{min:02}m"),
+    }
+}
