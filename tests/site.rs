@@ -464,6 +464,29 @@ fn bad_output_folders_and_empty_caches_are_one_line_errors_that_write_nothing() 
     let server = hostile_server(&env);
     let spec = env.spec("site.toml", &spec(&server.url()));
     ok(&on_cache(&env, &["run", spec.to_str().unwrap()]));
+    // `--trials N` keeps the first N trials of a cell (and says so); 0 is refused.
+    let short = env.path("short");
+    ok(&on_cache(
+        &env,
+        &["site", "--out", short.to_str().unwrap(), "--trials", "2"],
+    ));
+    let page = cell_page(&short, "mock-a", "iris", 10);
+    assert_eq!(page.matches(r#"<section class="trial-group""#).count(), 2);
+    assert!(page.contains("first 2 of 100 shown"), "{page}");
+    assert_eq!(
+        attribute_free_codes(&page, r#"<code class="key">"#).len(),
+        2
+    );
+    let out = on_cache(
+        &env,
+        &["site", "--out", short.to_str().unwrap(), "--trials", "0"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "clap refuses 0: {:?}",
+        text(&out)
+    );
     // An existing folder that is not a site is left alone.
     let mine = env.path("mine");
     std::fs::create_dir(&mine).unwrap();
@@ -602,7 +625,8 @@ fn chromium_loads_the_index_sorted_from_the_address_and_a_cell_page() {
 
 /// The paper grid: 16 imported models beside our own 16 with every trial; every page under
 /// 1 MB and every link resolving. Prints the page count, the largest page and the time the
-/// command took (a debug build here; `benches`-style timing in the issue's closing note).
+/// command took (whatever build the test runs; release figures in docs/benchmarks.md, on
+/// the cache this test keeps).
 #[test]
 fn paper_grid_site_keeps_every_page_under_one_megabyte() {
     let shared = skip::shared_dir();
