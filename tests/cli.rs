@@ -233,8 +233,9 @@ fn unknown_shell_is_a_one_line_error() {
     assert_eq!(output.status.code(), Some(2));
 }
 
-/// `contaminate --help` offers every window layout the trainer takes (the README
-/// recommends `--windows mixed`, which the page once left out), and clap refuses others.
+/// `contaminate --help` offers every window layout the trainer takes (the calibration guide,
+/// docs/guide/calibration.md, recommends `--windows mixed`, which the page once left out),
+/// and clap refuses others.
 #[test]
 fn contaminate_help_lists_every_window_layout() {
     let home = tempfile::tempdir().unwrap();
