@@ -349,6 +349,19 @@ base = "base"
     assert!(file("report.tex").contains("\\section{Calibration"));
     assert!(file("calibration.csv").starts_with("test,measure,dose"));
     assert!(file("evidence.csv").contains("feature-completion"));
+
+    // And the results site: its calibration page, linked from every page.
+    let site = report::site::render(
+        &analysis,
+        &report::site::Options {
+            cache: "cache.sqlite".into(),
+        },
+    )
+    .unwrap();
+    let page = |name: &str| &site.iter().find(|f| f.name == name).unwrap().contents;
+    assert!(page("calibration.html").contains("Calibration: how often each test catches"));
+    assert!(page("calibration.html").contains(&calibration.tests[3].sentence));
+    assert!(page("index.html").contains(r#"<a href="calibration.html">Calibration</a>"#));
 }
 
 /// `tabcontam contaminate` killed mid-run (SIGKILL, after a few saved steps) continues from

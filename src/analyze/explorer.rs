@@ -275,6 +275,7 @@ pub fn explorer_cells(
             views.push(ExplorerTrial {
                 sample: t.sample,
                 trial: t.trial,
+                request_key: t.request_key.to_hex(),
                 note: t.note.clone(),
                 prompt: prompt.cloned().unwrap_or_default(),
                 expected: expected_terms(&t.expected),
@@ -303,6 +304,7 @@ pub fn explorer_cells(
             total_trials: total,
             passed_trials,
             echo_trials,
+            run_id: cell_trials.iter().find_map(|t| t.run_id.map(|r| r.0)),
             trials: views,
         });
     }

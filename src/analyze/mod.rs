@@ -17,6 +17,7 @@ pub mod explorer;
 pub mod export;
 mod load;
 pub mod paper;
+pub mod provenance;
 mod queries;
 pub mod stats;
 mod summary;
@@ -269,6 +270,7 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     }
     analysis.explorer_trials = options.explorer_trials;
     analysis.likelihood = store.likelihood_cells()?;
+    analysis.provenance = provenance::provenance(store)?;
     Ok(analysis)
 }
 

@@ -58,6 +58,9 @@ pub struct Analysis {
     pub explorer_trials: usize,
     /// The likelihood tests' cells (SPEC §8), by model, dataset, test, template.
     pub likelihood: Vec<crate::store::LikelihoodCellRow>,
+    /// Model identities, dataset digests and run specs: the results site's
+    /// reproducibility blocks.
+    pub provenance: super::provenance::Provenance,
 }
 
 impl Analysis {
@@ -362,6 +365,8 @@ pub struct ExplorerCell {
     pub total_trials: usize,
     pub passed_trials: usize,
     pub echo_trials: usize,
+    /// The run whose decision the cell holds (see [`super::provenance::RunOrigin`]).
+    pub run_id: Option<i64>,
     pub trials: Vec<ExplorerTrial>,
 }
 
@@ -370,6 +375,8 @@ pub struct ExplorerCell {
 pub struct ExplorerTrial {
     pub sample: u32,
     pub trial: u32,
+    /// The request key of the judged response, hex (its cache entry).
+    pub request_key: String,
     pub note: Option<String>,
     pub prompt: String,
     pub output: String,

@@ -13,6 +13,7 @@ pub mod plan;
 pub mod prompts;
 pub mod report;
 pub mod run;
+pub mod site;
 pub mod status;
 pub mod text_table;
 
@@ -31,6 +32,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status::run(args),
         Command::ImportResults(args) => import_results::run(args),
         Command::Report(args) => report::run(args),
+        Command::Site(args) => site::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Cache(cmd) => cache::run(cmd),

@@ -36,8 +36,12 @@ pub struct PromptView {
 
 pub struct TrialView {
     pub head: String,
-    /// The anchor of the trial's prompt among the explorer's prompts.
+    /// The anchor of the trial's prompt among the explorer's prompts, and its position
+    /// in them.
     pub prompt_anchor: String,
+    pub prompt: usize,
+    /// The judged response's request key, hex.
+    pub request_key: String,
     /// `pass`, `fail` or `invalid` (a CSS class and the verdict shown).
     pub verdict: &'static str,
     pub echo: bool,
@@ -68,9 +72,9 @@ pub struct Anchors {
 
 /// The distinct prompts of the explorer, in order of first use.
 #[derive(Default)]
-struct Prompts<'a> {
+pub(crate) struct Prompts<'a> {
     index: HashMap<&'a str, usize>,
-    views: Vec<PromptView>,
+    pub(crate) views: Vec<PromptView>,
 }
 
 impl<'a> Prompts<'a> {
@@ -152,7 +156,8 @@ pub fn explorer(
     (all, prompts.views, anchors)
 }
 
-fn cell_view<'a>(
+/// One cell's view; its trials' prompts are added to `prompts`.
+pub(crate) fn cell_view<'a>(
     cell: &'a ExplorerCell,
     anchor: String,
     prompts: &mut Prompts<'a>,
@@ -217,8 +222,18 @@ fn cell_view<'a>(
                 }),
                 _ => None,
             };
+            let prompt_anchor = prompts.anchor(&t.prompt, &t.expected, || {
+                format!(
+                    "{} · {} · trial {}",
+                    test_name(cell.test.id()),
+                    dataset_name(&cell.dataset),
+                    t.trial
+                )
+            });
             TrialView {
                 head,
+                prompt: prompts.index[t.prompt.as_str()],
+                request_key: t.request_key.clone(),
                 verdict: if t.invalid {
                     "invalid"
                 } else if t.passed {
@@ -228,14 +243,7 @@ fn cell_view<'a>(
                 },
                 echo: t.echo,
                 expected: t.expected.join(" · "),
-                prompt_anchor: prompts.anchor(&t.prompt, &t.expected, || {
-                    format!(
-                        "{} · {} · trial {}",
-                        test_name(cell.test.id()),
-                        dataset_name(&cell.dataset),
-                        t.trial
-                    )
-                }),
+                prompt_anchor,
                 output: highlight(&t.output, &t.expected),
                 truth: t.truth.clone(),
                 diff,

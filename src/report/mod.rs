@@ -17,6 +17,7 @@ pub mod explorer;
 pub mod likelihood;
 pub mod markdown;
 mod page;
+pub mod site;
 pub mod svg;
 pub mod tex;
 pub mod timeline;

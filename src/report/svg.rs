@@ -236,9 +236,10 @@ pub fn clean_label(text: &str, max_chars: usize) -> String {
     cut(text, max_chars)
 }
 
-/// Makes heatmap squares links: `links` holds (dataset column, test row, anchor) with
-/// anchors made of ASCII letters, digits and `-` only (others are skipped: an anchor is
-/// written into an attribute unescaped). An invisible square over each cell, on top.
+/// Makes heatmap squares links: `links` holds (dataset column, test row, href) with hrefs
+/// (`#anchor` or a relative path) made of ASCII letters, digits and `-_./#` only (others
+/// are skipped: an href is written into an attribute unescaped, and no scheme such as
+/// `javascript:` can be spelt without `:`). An invisible square over each cell, on top.
 /// `dataset_names` are those the heatmap was drawn with (they set where the grid starts).
 pub fn link_heatmap(
     svg: &str,
@@ -247,17 +248,17 @@ pub fn link_heatmap(
 ) -> String {
     let top = TITLE + column_labels_height(dataset_names);
     let mut extra = String::new();
-    for (d, t, anchor) in links {
-        if anchor.is_empty()
-            || !anchor
+    for (d, t, href) in links {
+        if href.is_empty()
+            || !href
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+                .all(|c| c.is_ascii_alphanumeric() || "-_./#".contains(c))
         {
             continue;
         }
         let (x, y) = (LEFT + *d as i32 * CELL, top + *t as i32 * CELL);
         extra.push_str(&format!(
-            r##"<a href="#{anchor}"><rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="#000" fill-opacity="0"><title>trials</title></rect></a>"##
+            r##"<a href="{href}"><rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="#000" fill-opacity="0"><title>trials</title></rect></a>"##
         ));
     }
     match svg.rfind("</svg>") {
@@ -456,7 +457,20 @@ mod tests {
         assert!(top < TITLE + TOP, "a short name leaves no blank band");
         let drawn = format!("x=\"{LEFT}\" y=\"{top}\" width=\"{CELL}\" height=\"{CELL}\"");
         assert!(svg.contains(&drawn), "first square at ({LEFT}, {top})");
-        let linked = link_heatmap(&svg, &datasets, &[(0, 0, "cell-1".into())]);
+        let linked = link_heatmap(
+            &svg,
+            &datasets,
+            &[
+                (0, 0, "#cell-1".into()),
+                (0, 1, "javascript:alert(1)".into()),
+                (0, 2, "\"><script>".into()),
+            ],
+        );
+        assert_eq!(
+            linked.matches("<a href").count(),
+            1,
+            "unsafe hrefs are skipped"
+        );
         assert!(
             linked.contains(&format!(
                 "<a href=\"#cell-1\"><rect x=\"{LEFT}\" y=\"{top}\" width=\"{CELL}\""

@@ -5,7 +5,6 @@ use askama::Template;
 
 use super::format::*;
 use crate::analyze::{Analysis, SeriesKey, SeriesScores};
-use crate::report::explorer::Anchors;
 use crate::report::file_stem;
 use crate::report::svg::{self, Point, Square};
 use crate::report::timeline;
@@ -51,7 +50,12 @@ pub struct TikzSquare {
     passed: bool,
 }
 
-pub(super) fn heatmaps(analysis: &Analysis, anchors: &Anchors) -> Vec<Heatmap> {
+/// One heatmap per series; `link(series, dataset, test)` (0-based positions in the
+/// analysis, test number 1–9) is where a square leads (`#anchor` or a relative path).
+pub(in crate::report) fn heatmaps(
+    analysis: &Analysis,
+    link: &dyn Fn(usize, usize, u8) -> Option<String>,
+) -> Vec<Heatmap> {
     let tests: Vec<_> = analysis.tests.iter().filter(|t| t.number <= 9).collect();
     let test_names: [String; 9] =
         std::array::from_fn(|i| tests.get(i).map_or_else(String::new, |t| t.name.clone()));
@@ -99,10 +103,7 @@ pub(super) fn heatmaps(analysis: &Analysis, anchors: &Anchors) -> Vec<Heatmap> {
             let tikz = heatmap_tikz(&title, &test_names, &dataset_names, squares);
             let links: Vec<(usize, usize, String)> = (0..dataset_names.len())
                 .flat_map(|d| (0..9).map(move |t| (d, t)))
-                .filter_map(|(d, t)| {
-                    let anchor = anchors.by_cell.get(&(index, d + 1, t as u8 + 1))?;
-                    Some((d, t, anchor.clone()))
-                })
+                .filter_map(|(d, t)| Some((d, t, link(index, d, t as u8 + 1)?)))
                 .collect();
             let svg = svg::link_heatmap(
                 &svg::heatmap(&title, &test_names, &dataset_names, squares),
@@ -163,7 +164,7 @@ pub(super) fn heatmap_tikz(
     .expect("templates/heatmap.tex renders plain values")
 }
 
-pub(super) fn timelines(analysis: &Analysis) -> Vec<TimelineView> {
+pub(in crate::report) fn timelines(analysis: &Analysis) -> Vec<TimelineView> {
     let mut stems: HashMap<String, usize> = HashMap::new();
     timeline::timelines(&analysis.series)
         .into_iter()

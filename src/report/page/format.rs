@@ -6,9 +6,9 @@ use crate::probe::TestKind;
 
 /// What an empty cell shows.
 /// Shown where a value does not exist.
-pub(super) const NONE: &str = "–";
+pub(in crate::report) const NONE: &str = "–";
 
-pub(super) fn kind_name(kind: TestKind) -> &'static str {
+pub(in crate::report) fn kind_name(kind: TestKind) -> &'static str {
     match kind {
         TestKind::Knowledge => "knowledge",
         TestKind::Memorization => "memorization",
@@ -16,27 +16,27 @@ pub(super) fn kind_name(kind: TestKind) -> &'static str {
     }
 }
 
-pub(super) fn fixed2(x: f64) -> String {
+pub(in crate::report) fn fixed2(x: f64) -> String {
     format!("{x:.2}")
 }
 
-pub(super) fn opt(x: Option<f64>) -> String {
+pub(in crate::report) fn opt(x: Option<f64>) -> String {
     x.map_or_else(|| NONE.to_string(), fixed2)
 }
 
-pub(super) fn mean(m: &Option<MeanAccuracy>) -> String {
+pub(in crate::report) fn mean(m: &Option<MeanAccuracy>) -> String {
     m.as_ref()
         .map_or_else(|| NONE.to_string(), |m| fixed2(m.mean))
 }
 
-pub(super) fn interval(i: &Option<Interval>) -> String {
+pub(in crate::report) fn interval(i: &Option<Interval>) -> String {
     i.as_ref().map_or_else(
         || NONE.to_string(),
         |i| format!("[{:.2}, {:.2}]", i.low, i.high),
     )
 }
 
-pub(super) fn p_value(p: Option<f64>) -> String {
+pub(in crate::report) fn p_value(p: Option<f64>) -> String {
     match p {
         None => NONE.to_string(),
         Some(p) if p < 0.001 => "<0.001".to_string(),
@@ -44,11 +44,11 @@ pub(super) fn p_value(p: Option<f64>) -> String {
     }
 }
 
-pub(super) fn percent(x: f64) -> String {
+pub(in crate::report) fn percent(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
 
-pub(super) fn dataset_name_in(analysis: &Analysis, id: &str) -> String {
+pub(in crate::report) fn dataset_name_in(analysis: &Analysis, id: &str) -> String {
     analysis
         .datasets
         .iter()

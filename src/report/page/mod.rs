@@ -12,7 +12,7 @@ use crate::analyze::{Analysis, SeriesKey};
 use crate::probe::TestId;
 
 mod figures;
-mod format;
+pub(in crate::report) mod format;
 mod tables;
 
 pub use figures::*;
@@ -164,7 +164,9 @@ impl Page {
                 })
                 .collect(),
             table2,
-            heatmaps: heatmaps(analysis, &anchors),
+            heatmaps: heatmaps(analysis, &|s, d, t| {
+                anchors.by_cell.get(&(s, d + 1, t)).map(|a| format!("#{a}"))
+            }),
             test_rates: analysis
                 .test_pass_rates
                 .iter()

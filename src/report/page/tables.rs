@@ -2,7 +2,7 @@
 //! rates, accuracy, significance, template notes and example outputs.
 
 use super::format::*;
-use crate::analyze::{Analysis, SeriesKey, SeriesScores};
+use crate::analyze::{AccuracyCell, Analysis, SeriesKey, SeriesScores};
 use crate::probe::TestId;
 use crate::report::explorer::Anchors;
 use crate::store::OWN_SOURCE;
@@ -389,17 +389,7 @@ pub(super) fn accuracy_tables(
                                         anchors.by_cell.get(&(i, d, test.number())).cloned()
                                     }),
                                     value: fixed2(c.accuracy),
-                                    detail: format!(
-                                        "{}/{} correct, 95% CI {}, {} invalid{}",
-                                        c.correct,
-                                        c.trials,
-                                        interval(&c.interval),
-                                        c.invalid,
-                                        c.p_value.map_or_else(String::new, |p| format!(
-                                            ", p = {}",
-                                            p_value(Some(p))
-                                        ))
-                                    ),
+                                    detail: accuracy_detail(c),
                                 },
                                 None => AccuracyCellView {
                                     anchor: None,
@@ -433,6 +423,19 @@ pub(super) fn accuracy_tables(
         });
     }
     tables
+}
+
+/// An accuracy cell in words: `62/100 correct, 95% CI [0.52, 0.71], 3 invalid, p = 0.010`.
+pub(in crate::report) fn accuracy_detail(c: &AccuracyCell) -> String {
+    format!(
+        "{}/{} correct, 95% CI {}, {} invalid{}",
+        c.correct,
+        c.trials,
+        interval(&c.interval),
+        c.invalid,
+        c.p_value
+            .map_or_else(String::new, |p| format!(", p = {}", p_value(Some(p))))
+    )
 }
 
 pub(super) fn examples(
