@@ -278,13 +278,12 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
         if series.key.source != OWN_SOURCE {
             continue;
         }
-        if let Some(versions) = served.get(&series.key.model) {
-            if versions
+        if let Some(versions) = served.get(&series.key.model)
+            && versions
                 .iter()
                 .any(|v| v.model.is_some() || v.fingerprint.is_some())
-            {
-                series.served = versions.clone();
-            }
+        {
+            series.served = versions.clone();
         }
     }
     Ok(analysis)

@@ -128,7 +128,10 @@ pub struct MockConfig {
 /// running server: a test changes it between two runs to play an alias (`gpt-4o`) that
 /// now serves another snapshot.
 #[derive(Clone, Default)]
-pub struct ReportedVersion(Arc<Mutex<Option<(String, Option<String>)>>>);
+pub struct ReportedVersion(Arc<Mutex<Option<Reported>>>);
+
+/// A reported `(model, fingerprint)`.
+type Reported = (String, Option<String>);
 
 impl ReportedVersion {
     /// Every answer from now on reports `model` (and `fingerprint` where the API has one).
@@ -136,7 +139,7 @@ impl ReportedVersion {
         *self.0.lock().unwrap() = Some((model.into(), fingerprint.map(str::to_owned)));
     }
 
-    fn get(&self) -> Option<(String, Option<String>)> {
+    fn get(&self) -> Option<Reported> {
         self.0.lock().unwrap().clone()
     }
 }
