@@ -120,6 +120,8 @@ fn bench_cached() {
                 prompt_tokens: Some(100),
                 completion_tokens: Some(10),
                 latency_ms: 100,
+                served_model: None,
+                served_fingerprint: None,
             };
             (request, response)
         })

@@ -229,6 +229,7 @@ base = "base"
         offline: true,
         progress: tabcontam::run::execute::ProgressMode::Off,
         shard: None,
+        pin_served: false,
     };
     let run = run_experiment(&settings, &mut ()).unwrap();
     assert_eq!(run.status, RunStatus::Finished, "{run:?}");

@@ -382,6 +382,7 @@ fn the_workflow_is_one_library_call() {
         offline: true,
         progress: tabcontam::run::execute::ProgressMode::Off,
         shard: None,
+        pin_served: false,
     };
     let mut recorder = Recorder::default();
     let report = run_experiment(&settings, &mut recorder).unwrap();

@@ -191,6 +191,7 @@ fn run_settings(spec: &Path, cache: &Path, offline: bool) -> RunSettings {
         offline,
         progress: tabcontam::run::execute::ProgressMode::Off,
         shard: None,
+        pin_served: false,
     }
 }
 

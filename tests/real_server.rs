@@ -203,6 +203,21 @@ async fn llama_server_answers_greedy_completions_and_chat() {
         !first.text.starts_with("The capital of France is"),
         "the prompt is not echoed"
     );
+    // The version that really answered (issue 27): llama.cpp reports the model file it
+    // serves (whatever name was asked for) and its build as the fingerprint (`b<N>-<commit>`).
+    assert_eq!(
+        first.served_model.as_deref(),
+        model.to_str(),
+        "llama-server reports the GGUF file it serves"
+    );
+    assert!(
+        first
+            .served_fingerprint
+            .as_deref()
+            .is_some_and(|fp| fp.starts_with('b')),
+        "{:?}",
+        first.served_fingerprint
+    );
 
     config.api = ApiMode::Chat;
     let chat_client = Client::new(config).expect("chat client");

@@ -192,6 +192,8 @@ fn build_cache(path: &Path) {
                             prompt_tokens: Some(10),
                             completion_tokens: Some(10),
                             latency_ms: 1,
+                            served_model: None,
+                            served_fingerprint: None,
                         };
                         trials.push(TrialRow {
                             model: model_id.to_string(),
@@ -1097,6 +1099,8 @@ fn paper_grid_report_size() {
                             prompt_tokens: None,
                             completion_tokens: None,
                             latency_ms: 1,
+                            served_model: None,
+                            served_fingerprint: None,
                         },
                     ));
                 }

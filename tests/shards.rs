@@ -272,6 +272,8 @@ fn response(text: &str) -> Response {
         prompt_tokens: Some(3),
         completion_tokens: Some(2),
         latency_ms: 5,
+        served_model: None,
+        served_fingerprint: None,
     }
 }
 

@@ -54,6 +54,8 @@ fn response(i: usize) -> Response {
         prompt_tokens: Some(120),
         completion_tokens: Some(17),
         latency_ms: 350,
+        served_model: None,
+        served_fingerprint: None,
     }
 }
 
@@ -1145,7 +1147,8 @@ fn many_openers_of_one_new_cache_all_succeed() {
 /// (schema 7) keeps every answer: migration 8 moves each request, response, trial and
 /// scored text of a local identity to the key it has under the digest identity, and two
 /// paths of the same weights become one identity. Schema 8 changed no table, so a schema-7
-/// cache is this binary's cache with the old identities and without the ledger's row 8.
+/// cache is this binary's cache with the old identities, without the ledger's rows 8 and 9
+/// and without migration 9's columns.
 #[test]
 fn a_cache_of_the_previous_release_keeps_its_local_answers_under_the_weights_digest() {
     use tabcontam::request::{ScoreRequest, TokenLogprobs};
@@ -1193,8 +1196,13 @@ fn a_cache_of_the_previous_release_keeps_its_local_answers_under_the_weights_dig
             [first.key().0],
         )
         .unwrap();
-        conn.execute("DELETE FROM schema_migrations WHERE version = 8", [])
-            .unwrap();
+        // Back to schema 7: migration 9's columns gone too, so both steps run again.
+        conn.execute_batch(
+            "ALTER TABLE responses DROP COLUMN served_model;
+             ALTER TABLE responses DROP COLUMN served_fingerprint;
+             DELETE FROM schema_migrations WHERE version >= 8;",
+        )
+        .unwrap();
     }
     assert_eq!(
         count(
@@ -1295,6 +1303,7 @@ fn the_same_weights_under_two_paths_share_every_cache_entry() {
         offline: true,
         progress: ProgressMode::Off,
         shard: None,
+        pin_served: false,
     };
     let ran = run_experiment(&settings(first), &mut ()).unwrap();
     assert_eq!(ran.status, RunStatus::Finished, "{ran:?}");
@@ -1315,4 +1324,71 @@ fn the_same_weights_under_two_paths_share_every_cache_entry() {
     assert_eq!(again.counts.sent, 0);
     let path = cache_path(&dir);
     assert_eq!(count(&path, "SELECT count(*) FROM identities"), 1);
+}
+
+/// Issue 27 item 5: each answer keeps the version the server reported; a cache written
+/// before schema 9 keeps every answer, with the version unknown (NULL), never guessed.
+#[test]
+fn served_versions_round_trip_and_older_answers_stay_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_path(&dir);
+    let mut store = Store::open(&path).unwrap();
+    store.put_response(&request("m", 0), &response(0)).unwrap();
+    drop(store);
+    // Make it a schema-8 cache: no served columns, migration 9 not applied.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE responses DROP COLUMN served_model;
+         ALTER TABLE responses DROP COLUMN served_fingerprint;
+         DELETE FROM schema_migrations WHERE version = 9;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let served = |i: usize, model: &str, fp: Option<&str>| Response {
+        served_model: Some(model.into()),
+        served_fingerprint: fp.map(str::to_string),
+        ..response(i)
+    };
+    store
+        .put_response(&request("m", 1), &served(1, "m-2024-08-06", Some("fp_1")))
+        .unwrap();
+    store
+        .put_response(&request("m", 2), &served(2, "m-2024-08-06", Some("fp_1")))
+        .unwrap();
+    store
+        .put_response(&request("m", 3), &served(3, "m-2024-11-20", None))
+        .unwrap();
+    let got = store.responses(&[request("m", 1).key()]).unwrap();
+    assert_eq!(
+        got[&request("m", 1).key()],
+        served(1, "m-2024-08-06", Some("fp_1"))
+    );
+    let versions = store.served_versions(&identity("m")).unwrap();
+    let version =
+        |model: Option<&str>, fp: Option<&str>, answers| tabcontam::store::ServedVersion {
+            model: model.map(str::to_string),
+            fingerprint: fp.map(str::to_string),
+            answers,
+        };
+    assert_eq!(
+        versions,
+        [
+            version(Some("m-2024-08-06"), Some("fp_1"), 2),
+            version(Some("m-2024-11-20"), None, 1),
+            version(None, None, 1),
+        ]
+    );
+    assert_eq!(
+        tabcontam::store::describe_served(&versions),
+        "m-2024-08-06 (fp_1) ×2, m-2024-11-20 ×1, not reported ×1"
+    );
+    assert!(
+        store
+            .served_versions(&identity("other"))
+            .unwrap()
+            .is_empty()
+    );
 }

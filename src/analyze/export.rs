@@ -30,7 +30,7 @@ CREATE TABLE requests (
 CREATE TABLE responses (
     key VARCHAR NOT NULL, text VARCHAR NOT NULL, finish_reason VARCHAR,
     prompt_tokens UINTEGER, completion_tokens UINTEGER, latency_ms UBIGINT NOT NULL,
-    created_at VARCHAR NOT NULL);
+    created_at VARCHAR NOT NULL, served_model VARCHAR, served_fingerprint VARCHAR);
 CREATE TABLE trials (
     model VARCHAR NOT NULL, dataset VARCHAR NOT NULL, test VARCHAR NOT NULL,
     serialization VARCHAR, seed UBIGINT NOT NULL, sample UINTEGER NOT NULL,
@@ -130,6 +130,8 @@ fn load(store: &Store, conn: &Connection) -> Result<()> {
                 response.completion_tokens,
                 response.latency_ms,
                 created_at,
+                response.served_model,
+                response.served_fingerprint,
             ]) {
                 failed = Some(e);
             }

@@ -271,6 +271,21 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     analysis.explorer_trials = options.explorer_trials;
     analysis.likelihood = store.likelihood_cells()?;
     analysis.provenance = provenance::provenance(store)?;
+    // Only answers that carry a reported version count: a cache of local models or of
+    // servers that never say keeps its reports as they were.
+    let served = store.served_versions_by_model()?;
+    for series in analysis.series.iter_mut() {
+        if series.key.source != OWN_SOURCE {
+            continue;
+        }
+        if let Some(versions) = served.get(&series.key.model)
+            && versions
+                .iter()
+                .any(|v| v.model.is_some() || v.fingerprint.is_some())
+        {
+            series.served = versions.clone();
+        }
+    }
     Ok(analysis)
 }
 

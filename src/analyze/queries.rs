@@ -142,6 +142,7 @@ impl Analytics {
                     membership: None,
                     zero_shot: None,
                     one_shot: None,
+                    served: Vec::new(),
                 })
             })
             .in_file(file)?;

@@ -167,6 +167,9 @@ pub struct SeriesScores {
     pub membership: Option<MeanAccuracy>,
     pub zero_shot: Option<MeanAccuracy>,
     pub one_shot: Option<MeanAccuracy>,
+    /// The versions the servers reported for the cached answers of this model's identity,
+    /// known ones first; empty for imported results and where no server reported one.
+    pub served: Vec<crate::store::ServedVersion>,
 }
 
 /// The mean accuracy over datasets (Table 2's membership, 0-shot and 1-shot rows).

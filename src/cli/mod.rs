@@ -294,6 +294,11 @@ pub struct RunArgs {
     /// 1/N … N/N send each request exactly once); merge their caches with `cache merge`.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<crate::run::shard::Shard>,
+    /// Ask each remote model once which version it serves now; when that differs from the
+    /// version its cached answers came from, send the prompts again under a revision naming
+    /// the new version (the old answers stay for the old one) instead of reusing them.
+    #[arg(long)]
+    pub pin_served: bool,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]

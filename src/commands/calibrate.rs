@@ -48,6 +48,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         offline: false,
         progress,
         shard: None,
+        pin_served: false,
     };
     let spec = Spec::load(&args.spec)?;
     let study = run_study(

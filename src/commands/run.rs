@@ -71,6 +71,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         offline: args.offline,
         progress,
         shard: args.shard,
+        pin_served: args.pin_served,
     };
     let report = run_experiment(
         &settings,
@@ -134,6 +135,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     drop(out);
+    // On stderr (with --json too, whose `served_changes` holds the same): a change of the
+    // served version is never silent.
+    for change in &report.served_changes {
+        eprintln!("{}", change.message());
+    }
     if interrupted {
         eprintln!("interrupted: every response received so far is stored; rerun to continue");
         return Ok(ExitCode::from(EXIT_INTERRUPTED));

@@ -377,6 +377,9 @@ impl LocalModel {
                     prompt_tokens: Some(generated.prompt_tokens as u32),
                     completion_tokens: Some(generated.ids.len() as u32),
                     latency_ms: generated.elapsed_ms,
+                    // Local weights are their digest (the identity's revision): no alias.
+                    served_model: None,
+                    served_fingerprint: None,
                 })
             })
             .collect()

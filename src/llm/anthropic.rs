@@ -37,6 +37,9 @@ struct Body {
     content: Option<Vec<Block>>,
     stop_reason: Option<String>,
     usage: Option<Usage>,
+    /// The model that answered (an alias such as `claude-3-5-sonnet-latest` names the
+    /// snapshot here).
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -82,6 +85,8 @@ pub fn parse_response(body: &[u8]) -> Result<Response, BodyError> {
         prompt_tokens,
         completion_tokens,
         latency_ms: 0,
+        served_model: super::served_version(body.model),
+        served_fingerprint: None,
     })
 }
 
@@ -119,8 +124,13 @@ mod tests {
     #[test]
     fn responses_parse() {
         let ok = br#"{"type":"message","content":[{"type":"text","text":"iris"},{"type":"text","text":"!"}],
+                      "model":"claude-3-5-sonnet-20241022",
                       "stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":2}}"#;
         let r = parse_response(ok).unwrap();
+        assert_eq!(
+            r.served_model.as_deref(),
+            Some("claude-3-5-sonnet-20241022")
+        );
         assert_eq!(
             (r.text.as_str(), r.finish_reason.as_deref()),
             ("iris!", Some("end_turn"))

@@ -45,6 +45,9 @@ struct Body {
     candidates: Option<Vec<Candidate>>,
     usage_metadata: Option<UsageMetadata>,
     prompt_feedback: Option<PromptFeedback>,
+    /// The model version that answered (e.g. `gemini-1.5-flash-002` for
+    /// `gemini-1.5-flash`).
+    model_version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +123,8 @@ pub fn parse_response(body: &[u8]) -> Result<Response, BodyError> {
         prompt_tokens,
         completion_tokens,
         latency_ms: 0,
+        served_model: super::served_version(body.model_version),
+        served_fingerprint: None,
     })
 }
 
@@ -162,8 +167,10 @@ mod tests {
     #[test]
     fn responses_parse() {
         let ok = br#"{"candidates":[{"content":{"role":"model","parts":[{"text":"a"},{"text":"b"}]},"finishReason":"STOP"}],
-                      "usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":2,"totalTokenCount":6}}"#;
+                      "usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":2,"totalTokenCount":6},
+                      "modelVersion":"gemini-1.5-flash-002"}"#;
         let r = parse_response(ok).unwrap();
+        assert_eq!(r.served_model.as_deref(), Some("gemini-1.5-flash-002"));
         assert_eq!(
             (r.text.as_str(), r.finish_reason.as_deref()),
             ("ab", Some("STOP"))

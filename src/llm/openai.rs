@@ -49,6 +49,10 @@ pub fn request_body(model: &str, request: &Request) -> Value {
 struct Body {
     choices: Option<Vec<Choice>>,
     usage: Option<Usage>,
+    /// The snapshot that answered (OpenAI: `gpt-4o-2024-08-06` for `gpt-4o`; vLLM: the
+    /// served model name; llama.cpp: its model alias or file).
+    model: Option<String>,
+    system_fingerprint: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -113,6 +117,8 @@ pub fn parse_response(api: ApiMode, body: &[u8]) -> Result<Response, BodyError> 
         prompt_tokens,
         completion_tokens,
         latency_ms: 0,
+        served_model: super::served_version(body.model),
+        served_fingerprint: super::served_version(body.system_fingerprint),
     })
 }
 
@@ -166,8 +172,17 @@ mod tests {
             (" 39", Some("stop"))
         );
         assert_eq!((r.prompt_tokens, r.completion_tokens), (Some(3), Some(2)));
-        let chat = br#"{"choices":[{"message":{"role":"assistant","content":"Yes"},"finish_reason":"length"}]}"#;
-        assert_eq!(parse_response(ApiMode::Chat, chat).unwrap().text, "Yes");
+        assert_eq!((r.served_model, r.served_fingerprint), (None, None));
+        let chat = br#"{"choices":[{"message":{"role":"assistant","content":"Yes"},"finish_reason":"length"}],
+                        "model":"gpt-4o-2024-08-06","system_fingerprint":"fp_50cad350e4"}"#;
+        let r = parse_response(ApiMode::Chat, chat).unwrap();
+        assert_eq!(r.text, "Yes");
+        assert_eq!(r.served_model.as_deref(), Some("gpt-4o-2024-08-06"));
+        assert_eq!(r.served_fingerprint.as_deref(), Some("fp_50cad350e4"));
+        let odd = br#"{"choices":[{"text":"x"}],"model":"  ","system_fingerprint":"fp\n1"}"#;
+        let r = parse_response(ApiMode::Completions, odd).unwrap();
+        assert_eq!(r.served_model, None, "blank is not a version");
+        assert_eq!(r.served_fingerprint.as_deref(), Some("fp1"));
         assert!(matches!(
             parse_response(ApiMode::Completions, br#"{"choices":[]}"#),
             Err(BodyError::Format(_))

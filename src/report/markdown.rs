@@ -135,7 +135,7 @@ impl<T: Into<String>> From<T> for Cell {
 /// `report.md`: Table 2 (as the HTML page prints it, best values in bold) with its notes,
 /// then the significance table with p, Holm's p and Benjamini–Hochberg's q.
 pub fn report(analysis: &Analysis, timestamp: Option<&str>) -> String {
-    use super::page::{significance_rows, table2, template_notes};
+    use super::page::{served_notes, significance_rows, table2, template_notes};
     let mut out = String::from("# tabcontam report\n\n");
     if let Some(at) = timestamp {
         let _ = writeln!(out, "Generated {}.\n", escape(at));
@@ -203,6 +203,15 @@ pub fn report(analysis: &Analysis, timestamp: Option<&str>) -> String {
             analysis.primary_serialization.replace('`', "")
         );
         for note in notes {
+            let _ = writeln!(out, "- {}", escape(&note));
+        }
+    }
+    let served = served_notes(analysis);
+    if !served.is_empty() {
+        out.push_str(
+            "\nVersions the servers reported for the cached answers (an API name can serve different snapshots over time):\n\n",
+        );
+        for note in served {
             let _ = writeln!(out, "- {}", escape(&note));
         }
     }

@@ -201,6 +201,10 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         membership_detail: Option<&'a MeanAccuracy>,
         zero_shot_detail: Option<&'a MeanAccuracy>,
         one_shot_detail: Option<&'a MeanAccuracy>,
+        /// The versions the server reported for this model's cached answers (`model`,
+        /// `fingerprint`, `answers`); absent when none was reported.
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        served: &'a [crate::store::ServedVersion],
     }
     let model = |s: &'a SeriesScores| ModelJson {
         id: &s.key.model,
@@ -224,6 +228,7 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         membership_detail: s.membership.as_ref(),
         zero_shot_detail: s.zero_shot.as_ref(),
         one_shot_detail: s.one_shot.as_ref(),
+        served: &s.served,
     };
     let json = ScoresJson {
         generated_at: options.timestamp.as_deref(),

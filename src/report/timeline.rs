@@ -27,6 +27,9 @@ pub struct TimelinePoint {
     pub x: f64,
     /// Contamination, membership, 0-shot, 1-shot.
     pub values: [Option<f64>; 4],
+    /// The versions the server reported for this version's answers: an alias tracked
+    /// over time is only a timeline when each point says what really answered.
+    pub served: Vec<String>,
 }
 
 /// One family's figure.
@@ -104,6 +107,10 @@ pub fn timelines(series: &[SeriesScores]) -> Vec<Timeline> {
                         s.zero_shot.as_ref().map(|m| m.mean),
                         s.one_shot.as_ref().map(|m| m.mean),
                     ],
+                    served: crate::store::served_models(&s.served)
+                        .into_iter()
+                        .map(str::to_string)
+                        .collect(),
                 }),
                 None => left_out.push(label(s)),
             }

@@ -116,4 +116,12 @@ pub struct Response {
     pub completion_tokens: Option<u32>,
     /// Wall time of the successful attempt.
     pub latency_ms: u64,
+    /// The model version the server says answered (OpenAI-compatible and Anthropic `model`,
+    /// Gemini `modelVersion`): an alias such as `gpt-4o` is served by different snapshots
+    /// over time. `None` when the server does not say (local models, older caches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
+    /// OpenAI-compatible `system_fingerprint`: the backend configuration that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_fingerprint: Option<String>,
 }

@@ -66,6 +66,36 @@ impl Plan {
         }
     }
 
+    /// Puts the requests of model `model_index` under `identity` (`--pin-served`: a
+    /// revision naming the version the server serves now): every key of its trials is
+    /// computed again, and the distinct requests are collected again in plan order.
+    pub fn repin(&mut self, spec: &Spec, model_index: usize, identity: ModelIdentity) {
+        let model = &spec.models[model_index];
+        for cell in self.cells.iter_mut().filter(|c| c.model == model_index) {
+            for trial in &mut cell.trials {
+                trial.key = RequestKey::compute(
+                    &identity,
+                    model.request_api(),
+                    trial.prompt.text_for(model.is_chat()),
+                    &params(model, &trial.prompt, trial.sample),
+                    trial.sample,
+                );
+            }
+        }
+        self.identities[model_index] = identity;
+        let mut requests = IndexMap::with_capacity(self.requests.len());
+        for cell in &self.cells {
+            for trial in &cell.trials {
+                requests.entry(trial.key).or_insert_with(|| RequestSource {
+                    model: cell.model,
+                    prompt: Arc::clone(&trial.prompt),
+                    sample: trial.sample,
+                });
+            }
+        }
+        self.requests = requests;
+    }
+
     pub fn trial_count(&self) -> usize {
         self.cells.iter().map(|c| c.trials.len()).sum()
     }

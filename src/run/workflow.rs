@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::decide::decide;
 use super::execute::{ModelProgress, ModelWork, ProgressMode, SendOutcome, Work, send_all};
 use super::local_exec::{LocalWork, ensure_weights, weights_path};
+use super::served::{ServedBefore, ServedChange, changes_after_run, served_start};
 use super::session::{Prepared, prepare};
 use super::shard::Shard;
 use super::spec::Spec;
@@ -45,6 +46,10 @@ pub struct RunSettings {
     pub progress: ProgressMode,
     /// Send only this shard's share of the missing requests (`--shard I/N`).
     pub shard: Option<Shard>,
+    /// `--pin-served`: ask each remote model with cached answers which version it serves
+    /// now, and key its answers with a revision naming that version when it changed
+    /// (see [`super::served`]).
+    pub pin_served: bool,
 }
 
 /// The run as recorded, before anything is sent.
@@ -62,6 +67,9 @@ pub struct RunStart {
     pub offline_missing: u64,
     /// Of those, not sent because another shard sends them (`--shard`).
     pub other_shards: u64,
+    /// Requests sent by `--pin-served` to ask which version a model serves (their answers
+    /// are stored like any other and counted as cached).
+    pub served_probes: u64,
 }
 
 /// Hears about a run as it goes (the result itself is [`run_experiment`]'s return value).
@@ -96,6 +104,11 @@ pub struct RunReport {
     pub executor_error: Option<String>,
     /// The likelihood tests' phase (cells written, texts scored and cached).
     pub likelihood: super::likelihood::LikelihoodOutcome,
+    /// Requests sent by `--pin-served` to ask which version a model serves.
+    pub served_probes: u64,
+    /// Models whose server reported another version than their cached answers': pinned
+    /// to a new revision (`--pin-served`) or reused and mixed (a warning).
+    pub served_changes: Vec<ServedChange>,
     /// Time spent sending.
     #[serde(skip)]
     pub wall: Duration,
@@ -123,6 +136,11 @@ struct Ready {
     offline_missing: u64,
     other_shards: u64,
     dictionary: Dictionary,
+    /// Per model, the served versions of its cached answers before the run.
+    served_before: ServedBefore,
+    /// The changes found before sending (`--pin-served`, an earlier pin undone).
+    served_changes: Vec<ServedChange>,
+    served_probes: u64,
 }
 
 /// Runs the experiment of `settings`: sends what the cache lacks and decides every trial.
@@ -151,6 +169,9 @@ pub fn run_loaded_experiment(
         offline_missing,
         other_shards,
         dictionary,
+        served_before,
+        mut served_changes,
+        served_probes,
     } = get_ready(spec, settings).map_err(RunError::Setup)?;
     let spec = &prepared.spec;
     let run_id = store
@@ -164,6 +185,7 @@ pub fn run_loaded_experiment(
         to_send: work.requests(),
         offline_missing,
         other_shards,
+        served_probes,
     });
 
     // From here on every path ends in `finish_run`.
@@ -228,6 +250,25 @@ pub fn run_loaded_experiment(
             None => joined,
         });
     }
+    // What the servers reported in this run against what the cache held before: a model
+    // whose new answers come from another version warns (its old answers were reused).
+    let served_after: Vec<_> = prepared
+        .plan
+        .identities
+        .iter()
+        .zip(&served_before)
+        .map(|(identity, before)| {
+            before
+                .as_ref()
+                .and_then(|_| store.served_versions(identity).ok())
+        })
+        .collect();
+    served_changes.extend(changes_after_run(
+        spec,
+        &prepared.plan,
+        &served_before,
+        &served_after,
+    ));
     let mut report = decide_and_finish(
         store,
         run_id,
@@ -240,6 +281,8 @@ pub fn run_loaded_experiment(
         settings.shard,
     )?;
     report.likelihood = likelihood;
+    report.served_probes = served_probes;
+    report.served_changes = served_changes;
     Ok(report)
 }
 
@@ -249,14 +292,28 @@ pub fn run_loaded_experiment(
 fn get_ready(spec: &Spec, settings: &RunSettings) -> anyhow::Result<Ready> {
     // Local weights first: their digest is part of every request key.
     let local_weights = local_weights(spec, settings)?;
-    let prepared = prepare(spec, settings.data_dir.as_deref(), &settings.only_models)?;
-    let spec = &prepared.spec;
-    let plan = &prepared.plan;
-    let keys: Vec<RequestKey> = plan.requests.keys().copied().collect();
+    let mut prepared = prepare(spec, settings.data_dir.as_deref(), &settings.only_models)?;
 
     // Look first, write later: a bad spec, a missing key or a foreign cache file must fail
     // before anything is written.
-    let cached: HashSet<RequestKey> = read_only_store(&settings.cache)?.cached_keys(&keys)?;
+    let read_store = read_only_store(&settings.cache)?;
+    let served = served_start(
+        &mut prepared,
+        &read_store,
+        settings.pin_served && !settings.offline,
+        &settings.spec,
+    )?;
+    let spec = &prepared.spec;
+    let plan = &prepared.plan;
+    let keys: Vec<RequestKey> = plan.requests.keys().copied().collect();
+    let mut cached: HashSet<RequestKey> = read_store.cached_keys(&keys)?;
+    drop(read_store);
+    // A probe's answer is the answer to its request: stored below, never sent again.
+    let probe_answers: Vec<_> = served
+        .probe_answers
+        .into_iter()
+        .filter(|(request, _)| cached.insert(request.key()))
+        .collect();
     let mut missing_per_model: Vec<Vec<&RequestKey>> = vec![Vec::new(); spec.models.len()];
     let mut planned_per_model = vec![0u64; spec.models.len()];
     let mut other_shards = 0u64;
@@ -347,7 +404,11 @@ fn get_ready(spec: &Spec, settings: &RunSettings) -> anyhow::Result<Ready> {
     for row in &prepared.datasets {
         store.upsert_dataset(row)?;
     }
+    store.put_responses(probe_answers.iter().map(|(q, r)| (q, r)))?;
     Ok(Ready {
+        served_before: served.before,
+        served_changes: served.changes,
+        served_probes: served.probes,
         cached: cached.len() as u64,
         prepared,
         store,
@@ -513,6 +574,8 @@ fn decide_and_finish(
         models: outcome.per_model,
         executor_error: outcome.error,
         likelihood: Default::default(),
+        served_probes: 0,
+        served_changes: Vec::new(),
         wall: outcome.wall,
     })
 }

@@ -21,8 +21,7 @@ const PROBE_CHUNK: usize = 256;
 /// of a B-tree probe, and the scan has no per-statement overhead).
 const SCAN_RATIO: usize = 8;
 
-const RESPONSE_COLUMNS: &str =
-    "key, text, finish_reason, prompt_tokens, completion_tokens, latency_ms";
+const RESPONSE_COLUMNS: &str = "key, text, finish_reason, prompt_tokens, completion_tokens, latency_ms, served_model, served_fingerprint";
 
 impl Store {
     /// Caches one successful, complete response and commits at once, so a killed run
@@ -267,6 +266,8 @@ fn response_from_row(row: &Row<'_>) -> rusqlite::Result<Response> {
         prompt_tokens: row.get(3)?,
         completion_tokens: row.get(4)?,
         latency_ms: row.get::<_, i64>(5)? as u64,
+        served_model: row.get(6)?,
+        served_fingerprint: row.get(7)?,
     })
 }
 
@@ -286,8 +287,8 @@ fn insert_response(
     let identity_id = insert_request(conn, key, request)?;
     let latency_ms = i64::try_from(response.latency_ms).unwrap_or(i64::MAX);
     conn.prepare_cached(
-        "INSERT INTO responses (key, identity_id, text, finish_reason, prompt_tokens, completion_tokens, latency_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO responses (key, identity_id, text, finish_reason, prompt_tokens, completion_tokens, latency_ms, served_model, served_fingerprint)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute((
         key.0,
@@ -297,6 +298,8 @@ fn insert_response(
         response.prompt_tokens,
         response.completion_tokens,
         latency_ms,
+        &response.served_model,
+        &response.served_fingerprint,
     ))?;
     Ok(true)
 }

@@ -339,9 +339,10 @@ fn merge_one(
         .execute(
             &format!(
                 "INSERT OR IGNORE INTO main.responses
-                   (key, identity_id, text, finish_reason, prompt_tokens, completion_tokens, latency_ms, created_at)
+                   (key, identity_id, text, finish_reason, prompt_tokens, completion_tokens, latency_ms, created_at,
+                    served_model, served_fingerprint)
                  SELECT s.key, i.new, s.text, s.finish_reason, s.prompt_tokens, s.completion_tokens,
-                        s.latency_ms, s.created_at
+                        s.latency_ms, s.created_at, s.served_model, s.served_fingerprint
                  FROM {src}.responses s JOIN temp.merge_identity i ON i.old = s.identity_id
                  ORDER BY s.id"
             ),

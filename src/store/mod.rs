@@ -22,6 +22,7 @@ mod merge;
 mod migrations;
 mod results;
 mod runs;
+mod served;
 mod status;
 
 use std::io::Read;
@@ -38,6 +39,7 @@ pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput, check_me
 pub use migrations::SCHEMA_VERSION;
 pub use results::{CellRow, OWN_SOURCE, TrialRow};
 pub use runs::{DatasetRow, FailureRow, ModelRow, RunCounts, RunId, RunRow, RunStatus};
+pub use served::{ServedVersion, describe_served, served_models};
 pub use status::{ModelUsage, StatusReport};
 
 use error::AtPath;

@@ -118,6 +118,30 @@ pub struct MockConfig {
     pub record_bodies: bool,
     /// Overrides the answers of seeded sampling requests (temperature > 0 with a seed).
     pub sampled: Option<Sampler>,
+    /// The version every answer reports (see [`ReportedVersion`]); unset, the server
+    /// echoes the requested model name, as vLLM does.
+    pub reported: ReportedVersion,
+}
+
+/// The version the server says answered: `model` (OpenAI-compatible, Anthropic) or
+/// `modelVersion` (Gemini), and `system_fingerprint` (OpenAI-compatible). Shared with the
+/// running server: a test changes it between two runs to play an alias (`gpt-4o`) that
+/// now serves another snapshot.
+#[derive(Clone, Default)]
+pub struct ReportedVersion(Arc<Mutex<Option<Reported>>>);
+
+/// A reported `(model, fingerprint)`.
+type Reported = (String, Option<String>);
+
+impl ReportedVersion {
+    /// Every answer from now on reports `model` (and `fingerprint` where the API has one).
+    pub fn set(&self, model: &str, fingerprint: Option<&str>) {
+        *self.0.lock().unwrap() = Some((model.into(), fingerprint.map(str::to_owned)));
+    }
+
+    fn get(&self) -> Option<Reported> {
+        self.0.lock().unwrap().clone()
+    }
 }
 
 impl Default for MockConfig {
@@ -131,6 +155,7 @@ impl Default for MockConfig {
             required_api_key: None,
             record_bodies: true,
             sampled: None,
+            reported: ReportedVersion::default(),
         }
     }
 }
@@ -165,6 +190,12 @@ impl MockConfig {
         sampler: impl Fn(&str, u64) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.sampled = Some(Arc::new(sampler));
+        self
+    }
+
+    /// Answers report `model` and `fingerprint` until the handle changes them.
+    pub fn reported(self, model: &str, fingerprint: Option<&str>) -> Self {
+        self.reported.set(model, fingerprint);
         self
     }
 
@@ -400,6 +431,11 @@ impl MockServer {
 
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.state.recorded.lock().unwrap().clone()
+    }
+
+    /// The version the server reports, to change between runs.
+    pub fn reported_version(&self) -> ReportedVersion {
+        self.state.config.reported.clone()
     }
 }
 
@@ -708,8 +744,11 @@ fn respond(config: &MockConfig, request: &RecordedRequest, body: &Value) -> Vec<
     };
     let prompt_tokens = prompt.split_whitespace().count();
     let completion_tokens = text.split_whitespace().count();
-    let model = body["model"].as_str().unwrap_or("mock");
-    let reply = match api {
+    let (model, fingerprint) = config
+        .reported
+        .get()
+        .unwrap_or_else(|| (body["model"].as_str().unwrap_or("mock").to_owned(), None));
+    let mut reply = match api {
         Api::Completions => json!({
             "id": format!("cmpl-{}", request.index), "object": "text_completion", "model": model,
             "choices": [{"index": 0, "text": text, "logprobs": null,
@@ -735,8 +774,12 @@ fn respond(config: &MockConfig, request: &RecordedRequest, body: &Value) -> Vec<
                             "finishReason": if truncated { "MAX_TOKENS" } else { "STOP" }, "index": 0}],
             "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": completion_tokens,
                               "totalTokenCount": prompt_tokens + completion_tokens},
+            "modelVersion": model,
         }),
     };
+    if let (Some(fingerprint), Api::Completions | Api::Chat) = (fingerprint, api) {
+        reply["system_fingerprint"] = json!(fingerprint);
+    }
     http_response(200, &[], reply.to_string().as_bytes())
 }
 

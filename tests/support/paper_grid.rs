@@ -176,6 +176,8 @@ pub fn build(cache: &Path, shared: &Path) -> Grid {
                             prompt_tokens: None,
                             completion_tokens: None,
                             latency_ms: 1,
+                            served_model: None,
+                            served_fingerprint: None,
                         },
                     ));
                 }

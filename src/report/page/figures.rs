@@ -193,7 +193,18 @@ pub(in crate::report) fn timelines(analysis: &Analysis) -> Vec<TimelineView> {
                 versions: t
                     .points
                     .iter()
-                    .map(|p| format!("{} ({})", p.label, x_text(p.x)))
+                    .map(|p| {
+                        if p.served.is_empty() {
+                            format!("{} ({})", p.label, x_text(p.x))
+                        } else {
+                            format!(
+                                "{} ({}; served {})",
+                                p.label,
+                                x_text(p.x),
+                                p.served.join(", ")
+                            )
+                        }
+                    })
                     .collect::<Vec<_>>()
                     .join(", "),
                 left_out: t.left_out.join(", "),

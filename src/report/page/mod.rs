@@ -36,6 +36,8 @@ pub struct Page {
     /// One line per series scored with another template than the primary one (it has no
     /// cell under the primary template), naming that template.
     pub template_notes: Vec<String>,
+    /// Per model whose server reported them, the versions that answered (issue 27).
+    pub served_notes: Vec<String>,
     pub models: usize,
     pub datasets: Vec<DatasetCol>,
     pub tests: Vec<TestRow>,
@@ -152,6 +154,7 @@ impl Page {
             sample_rates,
             primary_serialization: analysis.primary_serialization.clone(),
             template_notes: template_notes(analysis),
+            served_notes: served_notes(analysis),
             models: analysis.series.len(),
             tests: analysis
                 .tests

@@ -236,6 +236,17 @@ pub(in crate::report) fn template_notes(analysis: &Analysis) -> Vec<String> {
         .collect()
 }
 
+/// Per series whose server reported versions, which ones answered its cached answers
+/// (an alias such as `gpt-4o` serves different snapshots over time).
+pub(in crate::report) fn served_notes(analysis: &Analysis) -> Vec<String> {
+    analysis
+        .series
+        .iter()
+        .filter(|s| !s.served.is_empty())
+        .map(|s| format!("{}: {}", s.label, crate::store::describe_served(&s.served)))
+        .collect()
+}
+
 pub(in crate::report) fn table2(series: &[SeriesScores]) -> Vec<Table2Row> {
     // Bold: the best value as printed (two decimals), as in the paper's table.
     let best = |get: &dyn Fn(&SeriesScores) -> Option<f64>| {

@@ -496,6 +496,11 @@ fn model_facts(analysis: &Analysis, s: &SeriesScores) -> Vec<(&'static str, Stri
             ),
         ));
     }
+    if !s.served.is_empty() {
+        // An API name is an alias: the versions that really answered this model's cached
+        // answers, as the servers reported them.
+        facts.push(("Served versions", crate::store::describe_served(&s.served)));
+    }
     facts.push((
         "Scored with template",
         s.serialization
