@@ -1193,8 +1193,7 @@ fn a_cache_of_the_previous_release_keeps_its_local_answers_under_the_weights_dig
             [first.key().0],
         )
         .unwrap();
-        conn.execute("DELETE FROM schema_migrations WHERE version = 8", [])
-            .unwrap();
+        back_to_schema_7(&conn);
     }
     assert_eq!(
         count(
@@ -1301,10 +1300,7 @@ fn the_same_weights_under_two_paths_share_every_cache_entry() {
     assert!(ran.counts.sent > 0);
     // The next run meets the cache at schema 7, as a previous release left it: a run
     // upgrades it rather than refusing it for being old.
-    rusqlite::Connection::open(cache_path(&dir))
-        .unwrap()
-        .execute("DELETE FROM schema_migrations WHERE version = 8", [])
-        .unwrap();
+    back_to_schema_7(&rusqlite::Connection::open(cache_path(&dir)).unwrap());
     let again = run_experiment(&settings(second), &mut ()).unwrap();
     assert_eq!(again.status, RunStatus::Finished, "{again:?}");
     assert_eq!(again.counts.requests, ran.counts.requests);
@@ -1315,4 +1311,15 @@ fn the_same_weights_under_two_paths_share_every_cache_entry() {
     assert_eq!(again.counts.sent, 0);
     let path = cache_path(&dir);
     assert_eq!(count(&path, "SELECT count(*) FROM identities"), 1);
+}
+
+/// Makes a cache of this release look as the release of schema 7 left it: migrations 8
+/// and later undone (their ledger rows gone, the tables they created dropped), so the next
+/// open runs them again. A migration that creates a table adds its drop here.
+fn back_to_schema_7(conn: &rusqlite::Connection) {
+    conn.execute_batch(
+        "DELETE FROM schema_migrations WHERE version >= 8;
+         DROP TABLE row_order_cells;",
+    )
+    .unwrap();
 }

@@ -65,6 +65,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../schema/sqlite/0008_local_identity_by_digest.sql"),
         rust_step: Some(super::local_identity::rewrite_local_identities),
     },
+    Migration {
+        version: 10,
+        name: "0010_row_order",
+        sql: include_str!("../../schema/sqlite/0010_row_order.sql"),
+        rust_step: None,
+    },
 ];
 
 /// The schema version this binary writes and reads.
@@ -153,6 +159,7 @@ mod tests {
             "963442b20bc0131b17960e48dae2139c81c3bf4b7759e19ac0d74bbaec24b83c",
             "7af8d9cf2df50b559f40f46dd35ab6ca452c9ec03729430f0b3d121d77edb62b",
             "66a40429ae7de53cf48dca415592b8e323f12109dc425aa2df875263ac1670bf",
+            "2edfdc6beb95c10077721765f79cef9da88e1c040dec1c45d8b3300f9a4cb26f",
         ];
         assert_eq!(
             pinned.len(),

@@ -21,6 +21,7 @@ mod logprobs;
 mod merge;
 mod migrations;
 mod results;
+mod row_order;
 mod runs;
 mod status;
 
@@ -37,6 +38,7 @@ pub use logprobs::LikelihoodCellRow;
 pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput, check_merge_inputs};
 pub use migrations::SCHEMA_VERSION;
 pub use results::{CellRow, OWN_SOURCE, TrialRow};
+pub use row_order::RowOrderCellRow;
 pub use runs::{DatasetRow, FailureRow, ModelRow, RunCounts, RunId, RunRow, RunStatus};
 pub use status::{ModelUsage, StatusReport};
 
