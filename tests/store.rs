@@ -1196,13 +1196,7 @@ fn a_cache_of_the_previous_release_keeps_its_local_answers_under_the_weights_dig
             [first.key().0],
         )
         .unwrap();
-        // Back to schema 7: migration 9's columns gone too, so both steps run again.
-        conn.execute_batch(
-            "ALTER TABLE responses DROP COLUMN served_model;
-             ALTER TABLE responses DROP COLUMN served_fingerprint;
-             DELETE FROM schema_migrations WHERE version >= 8;",
-        )
-        .unwrap();
+        back_to_schema_7(&conn);
     }
     assert_eq!(
         count(
@@ -1310,10 +1304,7 @@ fn the_same_weights_under_two_paths_share_every_cache_entry() {
     assert!(ran.counts.sent > 0);
     // The next run meets the cache at schema 7, as a previous release left it: a run
     // upgrades it rather than refusing it for being old.
-    rusqlite::Connection::open(cache_path(&dir))
-        .unwrap()
-        .execute("DELETE FROM schema_migrations WHERE version = 8", [])
-        .unwrap();
+    back_to_schema_7(&rusqlite::Connection::open(cache_path(&dir)).unwrap());
     let again = run_experiment(&settings(second), &mut ()).unwrap();
     assert_eq!(again.status, RunStatus::Finished, "{again:?}");
     assert_eq!(again.counts.requests, ran.counts.requests);
@@ -1335,12 +1326,13 @@ fn served_versions_round_trip_and_older_answers_stay_unknown() {
     let mut store = Store::open(&path).unwrap();
     store.put_response(&request("m", 0), &response(0)).unwrap();
     drop(store);
-    // Make it a schema-8 cache: no served columns, migration 9 not applied.
+    // Make it a schema-8 cache: no served columns, migrations 9 and later not applied.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
         "ALTER TABLE responses DROP COLUMN served_model;
          ALTER TABLE responses DROP COLUMN served_fingerprint;
-         DELETE FROM schema_migrations WHERE version = 9;",
+         DROP TABLE row_order_cells;
+         DELETE FROM schema_migrations WHERE version >= 9;",
     )
     .unwrap();
     drop(conn);
@@ -1391,4 +1383,17 @@ fn served_versions_round_trip_and_older_answers_stay_unknown() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// Makes a cache of this release look as the release of schema 7 left it: migrations 8
+/// and later undone (their ledger rows gone, what they added dropped), so the next open
+/// runs them again. A migration that adds a table or column adds its drop here.
+fn back_to_schema_7(conn: &rusqlite::Connection) {
+    conn.execute_batch(
+        "DELETE FROM schema_migrations WHERE version >= 8;
+         ALTER TABLE responses DROP COLUMN served_model;
+         ALTER TABLE responses DROP COLUMN served_fingerprint;
+         DROP TABLE row_order_cells;",
+    )
+    .unwrap();
 }

@@ -270,6 +270,7 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     }
     analysis.explorer_trials = options.explorer_trials;
     analysis.likelihood = store.likelihood_cells()?;
+    analysis.row_order = store.row_order_cells()?;
     analysis.provenance = provenance::provenance(store)?;
     // Only answers that carry a reported version count: a cache of local models or of
     // servers that never say keeps its reports as they were.

@@ -80,6 +80,7 @@ impl Analytics {
             explorer: Vec::new(),
             explorer_trials: options.explorer_trials,
             likelihood: Vec::new(),
+            row_order: Vec::new(),
             provenance: Default::default(),
         })
     }

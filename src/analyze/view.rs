@@ -58,6 +58,8 @@ pub struct Analysis {
     pub explorer_trials: usize,
     /// The likelihood tests' cells (SPEC §8), by model, dataset, test, template.
     pub likelihood: Vec<crate::store::LikelihoodCellRow>,
+    /// Test 17's cells, `row-order`, by model, dataset and seed.
+    pub row_order: Vec<crate::store::RowOrderCellRow>,
     /// Model identities, dataset digests and run specs: the results site's
     /// reproducibility blocks.
     pub provenance: super::provenance::Provenance,

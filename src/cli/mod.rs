@@ -422,7 +422,9 @@ pub struct PromptsArgs {
     /// Dataset id or alias.
     #[arg(long)]
     pub dataset: String,
-    /// Test id (`feature-list-informed`, …, `classify-1shot`).
+    /// Test id (`feature-list-informed`, …, `classify-1shot`, `header`, …, `first-token`),
+    /// or `row-order`: the texts test 17 scores (each shard in file order, then its
+    /// permutations) and why the rows may be permuted as they are.
     #[arg(long)]
     pub test: String,
     /// Serialization template: a built-in id (the-is, equals, colon, is-equal-to) or a .toml file.

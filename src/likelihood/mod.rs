@@ -7,6 +7,7 @@
 //! ([`TokenLogprobs`]); fetching them (local engine, servers) and caching them live elsewhere.
 
 pub mod roc;
+pub mod row_order;
 
 use std::io::Write;
 

@@ -28,6 +28,63 @@ pub struct LikelihoodRow {
     pub note: String,
 }
 
+/// One row of test 17's table, `row-order`.
+pub struct RowOrderRow {
+    pub model: String,
+    pub dataset: String,
+    /// Columns whose runs bound the permutations, or `–`.
+    pub blocked_by: String,
+    /// `shards × permutations`.
+    pub design: String,
+    /// Per-shard ranks (permutations below the file order), e.g. `19 17 3 …`.
+    pub ranks: String,
+    pub gap: String,
+    pub p_value: String,
+    pub method: String,
+    pub note: String,
+}
+
+/// Test 17's rows, in the store's (model, dataset, seed) order.
+pub fn row_order_rows(cells: &[crate::store::RowOrderCellRow]) -> Vec<RowOrderRow> {
+    cells
+        .iter()
+        .map(|c| {
+            let s = c.stats.as_ref();
+            RowOrderRow {
+                model: c.model.clone(),
+                dataset: c.dataset.clone(),
+                blocked_by: match c.blocked_by.is_empty() {
+                    true => "–".into(),
+                    false => c.blocked_by.join(", "),
+                },
+                design: s.map_or("–".into(), |s| {
+                    format!("{} × {}", s.shards, s.permutations)
+                }),
+                ranks: s.map_or("–".into(), |s| {
+                    s.ranks
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                }),
+                gap: s.map_or("–".into(), |s| format!("{:+.2}", s.mean_gap_nats)),
+                p_value: s.map_or("–".into(), |s| format_p(s.p_value)),
+                method: c.method.clone(),
+                note: c.skipped.clone().unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// A p-value as a reader compares it with 0.05: four decimals, or scientific below 1e-4.
+fn format_p(p: f64) -> String {
+    if p < 1e-4 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.4}")
+    }
+}
+
 /// ROC curves of the detectors of one (model, dataset, serialization).
 pub struct RocFigure {
     pub title: String,

@@ -143,6 +143,10 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         /// bootstrap interval, TPR at 5 % FPR and the bootstrap p-value against 0.5.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         likelihood: Vec<LikelihoodJson<'a>>,
+        /// Test 17, `row-order`: per (model, dataset), the rank of the file's row order
+        /// among seeded permutations in every shard and the exact p-value of their sum.
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        row_order: &'a [crate::store::RowOrderCellRow],
     }
     #[derive(Serialize)]
     struct LikelihoodJson<'a> {
@@ -280,6 +284,7 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
                 }
             })
             .collect(),
+        row_order: &analysis.row_order,
     };
     let mut text = serde_json::to_string_pretty(&json).context("serializing scores.json")?;
     text.push('\n');

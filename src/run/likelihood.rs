@@ -1,7 +1,9 @@
 //! The likelihood tests of a run (SPEC §8): per (model, dataset, serialization), score the
 //! membership test's original rows and their perturbed copies, once per score key (the
 //! `logprobs` cache), and judge each selected detector by AUROC, TPR at 5 % FPR and
-//! bootstrap intervals. Runs after the generation requests are sent, before deciding.
+//! bootstrap intervals; and test 17, `row-order`, on the raw file's shards in file order
+//! against their permutations. Runs after the generation requests are sent, before
+//! deciding.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,11 +13,13 @@ use super::spec::{ModelSpec, Spec};
 use crate::dataset::Dataset;
 use crate::dataset::catalog::Catalog;
 use crate::infer::{LocalModel, LocalOptions};
-use crate::likelihood::{Detector, DetectorStats, bootstrap_stats, roc::BOOTSTRAP_RESAMPLES};
+use crate::likelihood::{
+    Detector, DetectorStats, bootstrap_stats, roc::BOOTSTRAP_RESAMPLES, row_order,
+};
 use crate::llm::client::Client;
 use crate::probe::{ProbeContext, PromptPack, likelihood_rows, row_texts};
 use crate::request::{ApiMode, BackendKind, ModelIdentity, ScoreKey, ScoreRequest, TokenLogprobs};
-use crate::store::{LikelihoodCellRow, RunId, Store};
+use crate::store::{LikelihoodCellRow, RowOrderCellRow, RunId, Store};
 
 /// Texts scored between two commits to the cache.
 const SCORE_CHUNK: usize = 16;
@@ -146,7 +150,7 @@ pub fn run_likelihood(
     if spec
         .models
         .iter()
-        .all(|m| spec.model_likelihood(m).is_empty())
+        .all(|m| spec.model_likelihood(m).is_empty() && !spec.model_row_order(m))
     {
         return Ok(outcome);
     }
@@ -154,9 +158,11 @@ pub fn run_likelihood(
     let pack = PromptPack::builtin();
     let mut datasets: HashMap<String, Dataset> = HashMap::new();
     let mut cells = Vec::new();
+    let mut row_order_cells = Vec::new();
     for (model, identity) in spec.models.iter().zip(identities) {
         let detectors = spec.model_likelihood(model);
-        if detectors.is_empty() {
+        let row_order = spec.model_row_order(model);
+        if detectors.is_empty() && !row_order {
             continue;
         }
         let mut scorer = Scorer::for_model(spec, model, spec_dir, offline);
@@ -169,7 +175,27 @@ pub fn run_likelihood(
                 datasets.insert(name.clone(), catalog.load(name)?);
             }
             let dataset = &datasets[name];
-            for serialization in spec.model_serializations(model) {
+            if row_order {
+                let live = model_error.is_none().then_some(&mut scorer);
+                let (cell, failed) =
+                    row_order_cell(spec, model, identity, dataset, live, store, &mut outcome)?;
+                if let Some(reason) = failed.filter(|_| model_error.is_none()) {
+                    // A model without log-probabilities is a skipped cell, not a failure.
+                    if !matches!(scorer, Scorer::None(_)) {
+                        outcome.errors.push(format!(
+                            "model `{}`: row-order scoring failed: {reason}",
+                            model.id
+                        ));
+                    }
+                    model_error = Some(reason);
+                }
+                row_order_cells.push(cell);
+            }
+            let serializations = match detectors.is_empty() {
+                true => Vec::new(),
+                false => spec.model_serializations(model),
+            };
+            for serialization in serializations {
                 let ctx = ProbeContext {
                     dataset,
                     serialization: &serialization,
@@ -282,9 +308,89 @@ pub fn run_likelihood(
             }
         }
     }
-    outcome.cells = cells.len();
+    outcome.cells = cells.len() + row_order_cells.len();
     store.put_likelihood_cells(run, &cells)?;
+    store.put_row_order_cells(run, &row_order_cells)?;
     Ok(outcome)
+}
+
+/// Test 17 on one (model, dataset): plans the shards (or records why the file's order
+/// cannot be tested), scores every shard in file order and its permutations (cached like
+/// the detectors' texts) and judges the rank sum. Returns the cell and the scoring
+/// failure, if any (the cell then says it was skipped).
+fn row_order_cell(
+    spec: &Spec,
+    model: &ModelSpec,
+    identity: &ModelIdentity,
+    dataset: &Dataset,
+    scorer: Option<&mut Scorer>,
+    store: &mut Store,
+    outcome: &mut LikelihoodOutcome,
+) -> anyhow::Result<(RowOrderCellRow, Option<String>)> {
+    let mut cell = RowOrderCellRow {
+        model: model.id.clone(),
+        dataset: dataset.id.clone(),
+        seed: spec.seed,
+        method: "-".into(),
+        blocked_by: Vec::new(),
+        stats: None,
+        skipped: None,
+        run_id: None,
+    };
+    let table = &dataset.table;
+    let plan = match row_order::plan(table, &dataset.id, spec.seed) {
+        Ok(plan) => plan,
+        Err(reason) => {
+            cell.skipped = Some(reason);
+            return Ok((cell, None));
+        }
+    };
+    cell.blocked_by = plan.blocked_by.clone();
+    // Per shard: the file order, then its permutations.
+    let per_shard = 1 + row_order::PERMUTATIONS;
+    let texts: Vec<String> = plan
+        .shards
+        .iter()
+        .flat_map(|shard| {
+            std::iter::once(&shard.rows)
+                .chain(&shard.permutations)
+                .map(|rows| row_order::shard_text(table, rows))
+        })
+        .collect();
+    let (scored, failed) = score_texts(&texts, identity, scorer, store, outcome)?;
+    if let Some(reason) = failed {
+        cell.skipped = Some(reason.clone());
+        return Ok((cell, Some(reason)));
+    }
+    let total = |i: usize| -> Option<f64> {
+        scored
+            .found
+            .get(&scored.keys[i])
+            .map(|(_, s)| s.logprobs.iter().sum())
+    };
+    let mut canonical = Vec::new();
+    let mut permuted = Vec::new();
+    for shard in 0..plan.shards.len() {
+        let base = shard * per_shard;
+        let (Some(file_order), Some(others)) = (
+            total(base),
+            (1..per_shard)
+                .map(|j| total(base + j))
+                .collect::<Option<Vec<f64>>>(),
+        ) else {
+            // Not in the cache and nothing may score it (`--offline`, another model failed).
+            cell.skipped = Some("not every shard is scored (offline or an earlier failure)".into());
+            return Ok((cell, None));
+        };
+        canonical.push(file_order);
+        permuted.push(others);
+    }
+    cell.method = scored.method(0);
+    cell.stats = row_order::judge(&canonical, &permuted);
+    if cell.stats.is_none() {
+        cell.skipped = Some("fewer than two shards".into());
+    }
+    Ok((cell, None))
 }
 
 /// Log-probabilities of texts under one model, by the texts' positions.

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dataset::Serialization;
 use crate::likelihood::Detector;
+use crate::likelihood::row_order::TEST_ID as ROW_ORDER;
 use crate::probe::TestId;
 use crate::request::BackendKind;
 
@@ -65,6 +66,8 @@ pub struct Spec {
     pub tests: Vec<TestId>,
     /// The likelihood tests (`likelihood-…` ids in `tests`, or `likelihood` for all four).
     pub likelihood: Vec<Detector>,
+    /// Test 17, `row-order`, named in `tests`.
+    pub row_order: bool,
     pub serializations: Vec<Serialization>,
     pub prompt_pack: Option<PathBuf>,
     pub alg1_profile: crate::decide::Alg1Profile,
@@ -126,6 +129,7 @@ impl Spec {
         check_datasets(&raw.datasets).map_err(|m| err(format!("datasets: {m}")))?;
         let tests = parse_tests(&raw.tests).map_err(|m| err(format!("tests: {m}")))?;
         let likelihood = parse_likelihood(&raw.tests);
+        let row_order = names_row_order(&raw.tests);
         let mut known: Vec<Serialization> = Serialization::builtins();
         for custom in &raw.custom_serializations {
             custom
@@ -258,6 +262,7 @@ impl Spec {
             datasets: raw.datasets,
             tests,
             likelihood,
+            row_order,
             serializations,
             prompt_pack,
             alg1_profile,
@@ -321,6 +326,14 @@ impl Spec {
         match &model.tests {
             Some(names) => parse_likelihood(names),
             None => self.likelihood.clone(),
+        }
+    }
+
+    /// Whether one model runs test 17, `row-order`.
+    pub fn model_row_order(&self, model: &ModelSpec) -> bool {
+        match &model.tests {
+            Some(names) => names_row_order(names),
+            None => self.row_order,
         }
     }
 
@@ -560,9 +573,17 @@ fn is_redacted(text: &str) -> bool {
     })
 }
 
-/// Whether a `tests` entry names likelihood tests (`likelihood` or a `likelihood-…` id).
+/// Whether a `tests` entry names likelihood tests (`likelihood` or a `likelihood-…` id)
+/// or test 17, `row-order`: tests that score texts instead of generating.
 fn is_likelihood_name(name: &str) -> bool {
-    name == "likelihood" || (name.starts_with("likelihood-") && Detector::parse(name).is_some())
+    name == "likelihood"
+        || name == ROW_ORDER
+        || (name.starts_with("likelihood-") && Detector::parse(name).is_some())
+}
+
+/// Whether a `tests` list names test 17, `row-order` (not part of `all`).
+fn names_row_order(names: &[String]) -> bool {
+    names.iter().any(|name| name == ROW_ORDER)
 }
 
 /// The likelihood tests named in a `tests` list (`likelihood` = all four); not part of

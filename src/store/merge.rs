@@ -515,6 +515,25 @@ fn merge_one(
         [],
     )
     .at(at)?;
+    // Row-order cells likewise: the run that started last stands.
+    tx.execute(
+        &format!(
+            "INSERT INTO main.row_order_cells (model, dataset, seed, run_id, method, blocked_by, shards,
+                 permutations, ranks, rank_sum, p_value, mean_gap_nats, skipped)
+             SELECT o.model, o.dataset, o.seed, r.new, o.method, o.blocked_by, o.shards,
+                    o.permutations, o.ranks, o.rank_sum, o.p_value, o.mean_gap_nats, o.skipped
+             FROM {src}.row_order_cells o JOIN temp.merge_run r ON r.old = o.run_id WHERE true
+             ON CONFLICT (model, dataset, seed) DO UPDATE SET
+               run_id = excluded.run_id, method = excluded.method, blocked_by = excluded.blocked_by,
+               shards = excluded.shards, permutations = excluded.permutations,
+               ranks = excluded.ranks, rank_sum = excluded.rank_sum, p_value = excluded.p_value,
+               mean_gap_nats = excluded.mean_gap_nats, skipped = excluded.skipped
+             WHERE (SELECT started_at FROM main.runs WHERE id = excluded.run_id)
+                 > (SELECT started_at FROM main.runs WHERE id = row_order_cells.run_id)"
+        ),
+        [],
+    )
+    .at(at)?;
     Ok(merged)
 }
 

@@ -71,6 +71,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../schema/sqlite/0009_served_version.sql"),
         rust_step: None,
     },
+    Migration {
+        version: 10,
+        name: "0010_row_order",
+        sql: include_str!("../../schema/sqlite/0010_row_order.sql"),
+        rust_step: None,
+    },
 ];
 
 /// The schema version this binary writes and reads.
@@ -160,6 +166,7 @@ mod tests {
             "7af8d9cf2df50b559f40f46dd35ab6ca452c9ec03729430f0b3d121d77edb62b",
             "66a40429ae7de53cf48dca415592b8e323f12109dc425aa2df875263ac1670bf",
             "1bfc5f60a35911893008590e5210e573559dc48eac3162dbf8ffbc2d62da2bf6",
+            "2edfdc6beb95c10077721765f79cef9da88e1c040dec1c45d8b3300f9a4cb26f",
         ];
         assert_eq!(
             pinned.len(),

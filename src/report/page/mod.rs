@@ -67,6 +67,8 @@ pub struct Page {
     pub timelines: Vec<TimelineView>,
     /// The likelihood section (SPEC §8); `None` when no likelihood test was run.
     pub likelihood: Option<super::likelihood::LikelihoodView>,
+    /// Test 17's table (empty when it was not run).
+    pub row_order: Vec<super::likelihood::RowOrderRow>,
 }
 
 #[derive(Template)]
@@ -296,6 +298,7 @@ impl Page {
                 .collect(),
             examples: examples(analysis, &label_of, &dataset_name, &test_name),
             likelihood: super::likelihood::view(&analysis.likelihood),
+            row_order: super::likelihood::row_order_rows(&analysis.row_order),
             datasets,
         }
     }

@@ -1,0 +1,162 @@
+//! Test 17, `row-order`, on a real model: SmolLM2-135M-Instruct (Q4_1 GGUF, in process)
+//! never saw the synthetic tables made here, so the test must not call them contaminated,
+//! even when the file is written sorted or grouped by a column — the case where a naive
+//! permutation test fails, since any model that knows tables prefers a sorted order.
+//! Without the model the test is skipped (failed in CI, see support/skip.rs).
+
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
+#[path = "support/skip.rs"]
+mod skip;
+
+use cli_env::Env;
+use tabcontam::dataset::synth;
+use tabcontam::likelihood::row_order;
+use tabcontam::store::Store;
+
+fn model_file() -> Option<std::path::PathBuf> {
+    skip::require(
+        skip::assets_dir()
+            .join("models")
+            .join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        |p| p.is_file(),
+        "the SmolLM2 GGUF is missing; run scripts/ci-install-test-server.sh",
+    )
+}
+
+/// A synthetic table's file with its data lines sorted by `column` (stable, so ties keep
+/// the generated order), imported as `name`.
+fn import_sorted(env: &Env, name: &str, seed: u64, rows: usize, column: usize) {
+    let generated = synth::generate(seed, rows);
+    let mut lines = generated.csv.lines();
+    let header = lines.next().unwrap().to_string();
+    let mut data: Vec<&str> = lines.collect();
+    let key = |line: &&str| line.split(',').nth(column).unwrap().to_string();
+    match column {
+        // The integer column sorts as a number.
+        3 => data.sort_by_key(|line| key(line).parse::<u64>().unwrap()),
+        _ => data.sort_by_key(key),
+    }
+    let target = header.split(',').next_back().unwrap().to_string();
+    let file = env.file(
+        &format!("{name}.csv"),
+        format!("{header}\n{}\n", data.join("\n")),
+    );
+    env.ok(&[
+        "datasets",
+        "import",
+        file.to_str().unwrap(),
+        "--name",
+        name,
+        "--target",
+        &target,
+    ]);
+}
+
+#[test]
+fn never_seen_tables_written_sorted_or_grouped_are_not_detected() {
+    let Some(model) = model_file() else { return };
+    let env = Env::new().default_cache();
+    // 24 rows: three shards of eight (p can reach 1/8,000; the null needs no more).
+    import_sorted(&env, "sorted-by-number", 41, 24, 3);
+    import_sorted(&env, "grouped-by-category", 42, 24, 0);
+    let spec = env.spec(
+        "row-order.toml",
+        &format!(
+            "name = \"row-order\"\nseed = 0\n\
+             datasets = [\"sorted-by-number\", \"grouped-by-category\"]\n\
+             tests = [\"row-order\"]\nserializations = [\"the-is\"]\n\n\
+             [[models]]\nid = \"smollm2\"\nbackend = \"local\"\nmodel = \"{}\"\n",
+            model.display()
+        ),
+    );
+    env.ok(&["run", spec.to_str().unwrap(), "--quiet"]);
+    let store = Store::open_read_only(&env.cache()).unwrap();
+    let cells = store.row_order_cells().unwrap();
+    assert_eq!(cells.len(), 2, "{cells:?}");
+
+    // Sorted by a number: refused with the column named, never a p-value.
+    let sorted = cells
+        .iter()
+        .find(|c| c.dataset == "sorted-by-number")
+        .unwrap();
+    assert!(sorted.stats.is_none(), "{sorted:?}");
+    let reason = sorted.skipped.as_deref().unwrap();
+    let generated = synth::generate(41, 24);
+    let integer_column = generated
+        .csv
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .nth(3)
+        .unwrap();
+    assert!(
+        reason.contains(&format!("column `{integer_column}`")) && reason.contains("sorted"),
+        "{reason}"
+    );
+
+    // Grouped by a category: permuted within the groups only, and not detected.
+    let grouped = cells
+        .iter()
+        .find(|c| c.dataset == "grouped-by-category")
+        .unwrap();
+    let generated = synth::generate(42, 24);
+    let category = generated
+        .csv
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    assert_eq!(
+        grouped.blocked_by,
+        vec![category.to_string()],
+        "{grouped:?}"
+    );
+    let stats = grouped
+        .stats
+        .as_ref()
+        .unwrap_or_else(|| panic!("{grouped:?}"));
+    assert_eq!(stats.shards, 24 / row_order::SHARD_ROWS);
+    assert_eq!(stats.permutations, row_order::PERMUTATIONS);
+    assert_eq!(stats.ranks.iter().sum::<usize>(), stats.rank_sum);
+    assert!(
+        (row_order::rank_sum_tail(stats.rank_sum, stats.shards, stats.permutations)
+            - stats.p_value)
+            .abs()
+            < 1e-12
+    );
+    assert!(
+        stats.p_value > 0.05,
+        "a table SmolLM2 never saw came out detected: {stats:?}"
+    );
+    assert_eq!(grouped.method, "local");
+
+    // Every text was scored once and cached: a second run scores nothing.
+    let texts = stats.shards * (1 + stats.permutations);
+    let second = env.json(&["run", spec.to_str().unwrap(), "--quiet", "--json"]);
+    assert_eq!(second["likelihood"]["scored"], 0, "{second}");
+    assert_eq!(second["likelihood"]["cached"], texts as u64, "{second}");
+
+    // The cell reaches scores.json and the HTML and LaTeX reports.
+    let out = env.path("report");
+    env.ok(&["report", "--out", out.to_str().unwrap()]);
+    let scores: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("scores.json")).unwrap()).unwrap();
+    let json_cells = scores["row_order"].as_array().unwrap();
+    assert_eq!(json_cells.len(), 2);
+    let json_grouped = json_cells
+        .iter()
+        .find(|c| c["dataset"] == "grouped-by-category")
+        .unwrap();
+    assert_eq!(json_grouped["stats"]["p_value"], stats.p_value);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<h2 id=\"row-order\">Row order (test 17)</h2>"));
+    assert!(html.contains(&format!("{:.4}", stats.p_value)) || stats.p_value < 1e-4);
+    let tex = std::fs::read_to_string(out.join("report.tex")).unwrap();
+    assert!(tex.contains("\\section{Row order (test 17)}"));
+}
