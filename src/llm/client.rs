@@ -323,6 +323,15 @@ impl Client {
             },
         })?;
         parsed.latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+        // A server cannot stop on a rule, so it is not told of one (the planner gives
+        // servers none). A request that carries one anyway is answered with the text its
+        // key promises: the answer cut where the rule stops it, as the local engine stores
+        // it (the tokens past the cut are paid for all the same).
+        if let Some(rule) = request.params.stop_rule
+            && rule.cut(&mut parsed.text)
+        {
+            parsed.finish_reason = Some("stop".to_string());
+        }
         Ok(parsed)
     }
 
