@@ -178,6 +178,7 @@ fn main() {
         top_p: None,
         seed: Some(0),
         stop: Vec::new(),
+        stop_rule: None,
     };
     println!("model: {}", gguf.display());
     println!("prompts: {count} membership-like prompts, max {max_new} new tokens, greedy");

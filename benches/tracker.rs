@@ -210,6 +210,7 @@ fn requests(n: usize, tag: &str) -> Vec<Request> {
                 top_p: None,
                 seed: Some(0),
                 stop: vec![],
+                stop_rule: None,
             },
             sample: 0,
         })

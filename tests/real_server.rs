@@ -145,6 +145,7 @@ fn request(api: ApiMode, prompt: &str, max_tokens: u32) -> Request {
             top_p: None,
             seed: Some(0),
             stop: Vec::new(),
+            stop_rule: None,
         },
         sample: 0,
     }

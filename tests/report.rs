@@ -171,6 +171,7 @@ fn build_cache(path: &Path) {
                                 top_p: None,
                                 seed: Some(0),
                                 stop: vec![],
+                                stop_rule: None,
                             },
                             sample: 0,
                         };
@@ -1070,6 +1071,7 @@ fn paper_grid_report_size() {
                             top_p: None,
                             seed: Some(0),
                             stop: vec![],
+                            stop_rule: None,
                         },
                         sample: 0,
                     };

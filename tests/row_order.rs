@@ -73,7 +73,7 @@ fn never_seen_tables_written_sorted_or_grouped_are_not_detected() {
         ),
     );
     env.ok(&["run", spec.to_str().unwrap(), "--quiet"]);
-    let store = Store::open_read_only(&env.cache()).unwrap();
+    let store = Store::open_read_only(env.cache()).unwrap();
     let cells = store.row_order_cells().unwrap();
     assert_eq!(cells.len(), 2, "{cells:?}");
 

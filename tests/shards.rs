@@ -260,6 +260,7 @@ fn request(prompt: &str) -> Request {
             top_p: None,
             seed: None,
             stop: Vec::new(),
+            stop_rule: None,
         },
         sample: 0,
     }

@@ -42,6 +42,7 @@ fn request(model: &str, i: usize) -> Request {
             top_p: None,
             seed: Some(0),
             stop: vec![],
+            stop_rule: None,
         },
         sample: 0,
     }

@@ -34,16 +34,105 @@ const TOKEN_EDGE_PUNCTUATION: [char; 7] = [',', '\n', ':', ';', '!', '?', '\''];
 impl Alg2Scope {
     /// The part of `output` this scope judges.
     pub fn select(self, output: &str) -> &str {
-        let mut non_empty = output.lines().filter(|line| !line.trim().is_empty());
+        let mut non_empty = output.lines().filter(|line| is_non_empty(line));
         match self {
             Self::Whole => output,
             Self::FirstLine => non_empty.next().unwrap_or(""),
             Self::FirstRowLike => {
-                let first = output
-                    .lines()
-                    .find(|line| line.split_whitespace().count() >= ROW_MIN_TOKENS);
+                let first = output.lines().find(|line| is_row_like(line));
                 first.or_else(|| non_empty.next()).unwrap_or("")
             }
+        }
+    }
+
+    /// The rule that stops generation once this scope's judged part is written; `None`
+    /// for [`Alg2Scope::Whole`], which reads the whole output.
+    pub fn stop_rule(self) -> Option<StopRule> {
+        match self {
+            Self::FirstLine => Some(StopRule::FirstLine),
+            Self::FirstRowLike => Some(StopRule::FirstRowLike),
+            Self::Whole => None,
+        }
+    }
+}
+
+/// A line [`Alg2Scope::FirstLine`] can judge.
+fn is_non_empty(line: &str) -> bool {
+    !line.trim().is_empty()
+}
+
+/// A line [`Alg2Scope::FirstRowLike`] takes for a row.
+fn is_row_like(line: &str) -> bool {
+    line.split_whitespace().count() >= ROW_MIN_TOKENS
+}
+
+/// When generation may stop because the test's rule has read everything it will judge
+/// (issue 24): a generation parameter, so part of the request key, and applied by the
+/// local engine as it decodes. Each rule is its [`Alg2Scope`] seen from the writing side,
+/// built on the same line tests ([`is_non_empty`], [`is_row_like`]), so an answer cut by
+/// the rule gets the verdict the whole answer would get: the judged line is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopRule {
+    /// Stop after the line break that ends the first non-empty line (tests 7 and 9). A
+    /// literal `"\n"` stop would be wrong: an answer opening with a line break would be
+    /// cut to nothing, and its judged line is the next one.
+    FirstLine,
+    /// Stop after the line break that ends the first line with at least
+    /// [`ROW_MIN_TOKENS`] tokens (test 8). An answer with no such line runs to its budget:
+    /// its judged line is then the first non-empty one, which only the whole answer can
+    /// tell.
+    FirstRowLike,
+}
+
+impl StopRule {
+    /// The name hashed into request keys and stored with the request's parameters.
+    pub fn id(self) -> &'static str {
+        match self {
+            Self::FirstLine => "first-line",
+            Self::FirstRowLike => "first-row-like",
+        }
+    }
+
+    /// The scope whose judged part this rule waits for.
+    pub fn scope(self) -> Alg2Scope {
+        match self {
+            Self::FirstLine => Alg2Scope::FirstLine,
+            Self::FirstRowLike => Alg2Scope::FirstRowLike,
+        }
+    }
+
+    /// Where `text` (an answer so far) may end: the byte just past the line break that
+    /// completes the judged line, or `None` while more text could still change which line
+    /// is judged. Only whole lines count: a line's last token may still be coming.
+    pub fn decided_at(self, text: &str) -> Option<usize> {
+        let mut start = 0;
+        while let Some(offset) = text[start..].find('\n') {
+            let end = start + offset + 1;
+            // The line as `str::lines` gives it (without `\n` or `\r\n`).
+            let line = &text[start..end - 1];
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            let judged = match self {
+                Self::FirstLine => is_non_empty(line),
+                Self::FirstRowLike => is_row_like(line),
+            };
+            if judged {
+                return Some(end);
+            }
+            start = end;
+        }
+        None
+    }
+
+    /// Cuts `text` where the rule stops it; true when it did.
+    pub fn cut(self, text: &mut String) -> bool {
+        match self.decided_at(text) {
+            Some(end) if end < text.len() => {
+                text.truncate(end);
+                true
+            }
+            Some(_) => true,
+            None => false,
         }
     }
 }
@@ -299,5 +388,76 @@ mod tests {
         assert_eq!(parse_number("."), None);
         assert_eq!(parse_number("1e"), None);
         assert_eq!(parse_number(""), None);
+    }
+
+    #[test]
+    fn first_line_rule_waits_for_a_finished_non_empty_line() {
+        let rule = StopRule::FirstLine;
+        // Leading line breaks and blank lines are not the judged line: no stop yet.
+        assert_eq!(rule.decided_at(""), None);
+        assert_eq!(rule.decided_at("\n"), None);
+        assert_eq!(rule.decided_at("\n  \r\n"), None);
+        // A line still being written may gain tokens.
+        assert_eq!(rule.decided_at("\nThe age is 3"), None);
+        assert_eq!(rule.decided_at("\nThe age is 39\n"), Some(15));
+        let mut text = "\r\nThe age is 39\r\nThe age is 40\n".to_string();
+        assert!(rule.cut(&mut text));
+        assert_eq!(text, "\r\nThe age is 39\r\n");
+    }
+
+    #[test]
+    fn first_row_like_rule_skips_preambles_and_waits_for_a_row() {
+        let rule = StopRule::FirstRowLike;
+        assert_eq!(rule.decided_at("Next example:\n"), None);
+        // Five tokens, but unfinished: the line may not end there.
+        assert_eq!(rule.decided_at("Next example:\na is 1, b"), None);
+        let text = "Next example:\na is 1, b is 2\na is 3, b is 4\n";
+        assert_eq!(
+            rule.decided_at(text),
+            Some("Next example:\na is 1, b is 2\n".len())
+        );
+        // No row-like line at all: the judged line is the first non-empty one, which only
+        // the whole answer tells, so nothing is cut.
+        let mut short = "yes\nno\n".to_string();
+        assert!(!rule.cut(&mut short));
+        assert_eq!(short, "yes\nno\n");
+    }
+
+    /// The promise the rules keep: the line judged in an answer cut by its rule is the
+    /// line judged in the whole answer, so the verdicts agree, on answers shaped the ways
+    /// models write them.
+    #[test]
+    fn an_answer_cut_by_its_rule_is_judged_like_the_whole_answer() {
+        let expected = row(&[("age", Cell::Int(39)), ("class", text("<=50K"))]);
+        let answers = [
+            "The age is 39, The class is <=50K\nThe age is 50, The class is >50K\n",
+            "\n\nThe age is 39, The class is <=50K\nmore",
+            "Sure!\nThe age is 39, The class is <=50K\n",
+            "The age is 50\nThe age is 39, The class is <=50K\n",
+            "39 <=50K\r\nThe age is 39, The class is <=50K",
+            "   \n\t\nThe age is 39, The class is <=50K",
+            "",
+            "\n",
+        ];
+        for scope in [Alg2Scope::FirstLine, Alg2Scope::FirstRowLike] {
+            let rule = scope.stop_rule().expect("a line scope has a rule");
+            assert_eq!(rule.scope(), scope);
+            for answer in answers {
+                let mut cut = answer.to_string();
+                rule.cut(&mut cut);
+                assert!(answer.starts_with(&cut));
+                assert_eq!(
+                    scope.select(&cut),
+                    scope.select(answer),
+                    "{scope:?} {answer:?}"
+                );
+                assert_eq!(
+                    alg2(&cut, &expected, scope),
+                    alg2(answer, &expected, scope),
+                    "{scope:?} {answer:?}"
+                );
+            }
+        }
+        assert_eq!(Alg2Scope::Whole.stop_rule(), None);
     }
 }

@@ -10,7 +10,7 @@ pub mod dictionary;
 pub mod parity;
 
 pub use alg1::{Alg1Profile, alg1, alg1_any_name};
-pub use alg2::{Alg2Scope, alg2};
+pub use alg2::{Alg2Scope, StopRule, alg2};
 pub use answer::{Answer, parse_answer};
 pub use dictionary::{Dictionary, DictionaryError};
 

@@ -365,6 +365,12 @@ impl LocalModel {
                     text.truncate(cut);
                     finish = Finish::Stop;
                 }
+                // The generation loop stopped at the token that completed the judged
+                // line; that token may carry more text (`\n\n`, `.\nThe`), which is
+                // cut too, so the stored answer is the same whatever the tokenization.
+                if params.stop_rule.is_some_and(|rule| rule.cut(&mut text)) {
+                    finish = Finish::Stop;
+                }
                 Ok(Response {
                     text,
                     finish_reason: Some(
@@ -467,11 +473,13 @@ impl LocalModel {
         }
         let tokenizer = &self.tokenizer;
         let stops = &params.stop;
+        let rule = params.stop_rule;
         let stop_check = |ids: &[u32]| -> bool {
-            !stops.is_empty()
-                && tokenizer
-                    .decode(ids)
-                    .is_ok_and(|text| stops.iter().any(|s| text.contains(s.as_str())))
+            (!stops.is_empty() || rule.is_some())
+                && tokenizer.decode(ids).is_ok_and(|text| {
+                    stops.iter().any(|s| text.contains(s.as_str()))
+                        || rule.is_some_and(|rule| rule.decided_at(&text).is_some())
+                })
         };
         let generated = match &self.network {
             Network::Decoder(model) => generate::generate_decoder(

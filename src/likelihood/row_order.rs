@@ -98,7 +98,7 @@ pub fn plan(table: &Table, dataset: &str, seed: u64) -> Result<RowOrderPlan, Str
             2 * SHARD_ROWS
         ));
     }
-    let mut blocks = vec![0..n];
+    let mut blocks: Vec<Range<usize>> = std::iter::once(0..n).collect();
     let mut blocked_by: Vec<String> = Vec::new();
     let mut ordered: Vec<OrderedColumn> = Vec::new();
     // Each round absorbs one grouping column into the blocks, then looks again: iris is

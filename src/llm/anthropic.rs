@@ -111,6 +111,7 @@ mod tests {
                 top_p: None,
                 seed: Some(0),
                 stop: vec!["\n".into()],
+                stop_rule: None,
             },
             sample: 0,
         };

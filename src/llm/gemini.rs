@@ -149,6 +149,7 @@ mod tests {
                 top_p: Some(1.0),
                 seed: Some(0),
                 stop: vec!["\n".into()],
+                stop_rule: None,
             },
             sample: 0,
         };

@@ -11,6 +11,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod gemini;
+mod http;
 pub mod limits;
 pub mod logprobs;
 pub mod openai;

@@ -72,6 +72,20 @@ pub enum Expected {
     FirstToken { token: String, baseline: f64 },
 }
 
+impl Expected {
+    /// When an answer to this trial may stop being generated: once its test's rule has
+    /// read everything it will judge ([`decide::StopRule`], tests 7–9). `None` where the
+    /// rule reads the whole answer: Alg1's words may come on any line, and the answer
+    /// parser of tests 10–12 invalidates an answer that names a second choice anywhere in
+    /// its four tokens (`Yes or no`), so no earlier stop keeps their verdicts.
+    pub fn stop_rule(&self) -> Option<decide::StopRule> {
+        match self {
+            Expected::Row { scope, .. } => scope.stop_rule(),
+            _ => None,
+        }
+    }
+}
+
 /// One prompt a run sends, with what it expects back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Prompt {
@@ -519,5 +533,40 @@ fn cell(table: &Table, row: usize, col: usize) -> Cell {
         Value::Int(i) => Cell::Int(i),
         Value::Float(f) => Cell::Float(f),
         _ => Cell::Text(text.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tests 7–9 stop where their scope's judged line ends; no other decision stops early.
+    /// Tests 10–12 cannot: the text after the first answer may make it invalid.
+    #[test]
+    fn only_row_completions_have_a_stop_rule() {
+        let row = |scope| Expected::Row {
+            fields: vec![("a".into(), Cell::Int(1))],
+            scope,
+        };
+        assert_eq!(
+            row(Alg2Scope::FirstLine).stop_rule(),
+            Some(decide::StopRule::FirstLine)
+        );
+        assert_eq!(
+            row(Alg2Scope::FirstRowLike).stop_rule(),
+            Some(decide::StopRule::FirstRowLike)
+        );
+        assert_eq!(row(Alg2Scope::Whole).stop_rule(), None);
+        assert_eq!(Expected::Words { words: vec![] }.stop_rule(), None);
+        let choice = Expected::Choice {
+            choices: vec!["Yes".into(), "No".into()],
+            correct: 0,
+        };
+        assert_eq!(choice.stop_rule(), None);
+        let dictionary = Dictionary::shipped().unwrap();
+        let verdict = |text| judge(&choice, text, &dictionary, Alg1Profile::Hunspell);
+        // Cut after its first answer, `Yes or no` would pass; whole, it is invalid.
+        assert!(verdict("Yes").passed);
+        assert!(verdict("Yes or no").invalid);
     }
 }

@@ -65,6 +65,12 @@ impl RequestKey {
             field(stop.as_bytes());
         }
         field(&sample.to_le_bytes());
+        // Appended only when present: a request without a rule keeps the key it had before
+        // rules existed, so caches keep answering it; one with a rule is a new question.
+        if let Some(rule) = p.stop_rule {
+            field(b"stop-rule");
+            field(rule.id().as_bytes());
+        }
         Self(*h.finalize().as_bytes())
     }
 
@@ -111,6 +117,7 @@ mod tests {
                 top_p: None,
                 seed: Some(0),
                 stop: vec![],
+                stop_rule: None,
             },
             sample: 0,
         }
@@ -153,10 +160,39 @@ mod tests {
         let mut r = request();
         r.sample = 1;
         variants.push(r);
+        let mut r = request();
+        r.params.stop_rule = Some(crate::decide::StopRule::FirstLine);
+        variants.push(r);
+        let mut r = request();
+        r.params.stop_rule = Some(crate::decide::StopRule::FirstRowLike);
+        variants.push(r);
         for v in variants {
             assert_ne!(v.key(), base, "{v:?}");
         }
         assert_eq!(request().key(), base);
+    }
+
+    /// A request without a stop rule keeps the key it had before rules existed (the
+    /// value computed from the encoding above by an independent blake3, Python's), so the
+    /// answers cached for it are still found.
+    #[test]
+    fn keys_without_a_stop_rule_are_unchanged() {
+        assert_eq!(
+            request().key().to_hex(),
+            "844558e0fd34543b33d16223b655d8f996133779d8fe89fac4c4dd2c116bce14"
+        );
+        let mut ruled = request();
+        ruled.params.stop_rule = Some(crate::decide::StopRule::FirstLine);
+        let json = serde_json::to_string(&request().params).unwrap();
+        assert!(!json.contains("stop_rule"), "{json}");
+        assert!(
+            serde_json::to_string(&ruled.params)
+                .unwrap()
+                .contains(r#""stop_rule":"first-line""#)
+        );
+        // Parameters stored before rules existed read back without one.
+        let old: GenerationParams = serde_json::from_str(&json).unwrap();
+        assert_eq!(old, request().params);
     }
 
     #[test]

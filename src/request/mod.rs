@@ -9,6 +9,7 @@ pub mod score;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::decide::StopRule;
 pub use key::RequestKey;
 pub use score::{ScoreKey, ScoreRequest, TokenLogprobs};
 
@@ -85,6 +86,11 @@ pub struct GenerationParams {
     pub seed: Option<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// Stop once the test's rule has read everything it judges (the local engine applies
+    /// it; see [`StopRule`]). Stored and hashed only when present, so the keys of requests
+    /// without one are those they always had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_rule: Option<StopRule>,
 }
 
 /// One request to one model. The cache key is computed from exactly these fields.

@@ -79,6 +79,7 @@ mod tests {
                 top_p: None,
                 seed: None,
                 stop: vec![],
+                stop_rule: None,
             },
             sample: 0,
         };

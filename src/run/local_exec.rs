@@ -376,6 +376,7 @@ mod tests {
                 top_p: None,
                 seed: Some(0),
                 stop: Vec::new(),
+                stop_rule: None,
             },
             sample: 0,
         }

@@ -9,7 +9,7 @@ use indexmap::IndexMap;
 use super::spec::{ModelSpec, Spec, sample_seed};
 use crate::dataset::{Dataset, Serialization};
 use crate::probe::{self, ProbeContext, Prompt, PromptPack, TestId};
-use crate::request::{GenerationParams, ModelIdentity, Request, RequestKey};
+use crate::request::{BackendKind, GenerationParams, ModelIdentity, Request, RequestKey};
 
 pub use crate::probe::NO_SERIALIZATION;
 
@@ -102,7 +102,12 @@ impl Plan {
 }
 
 /// The generation parameters of one sample of a prompt: each sample sends its own seed
-/// ([`sample_seed`]), so seeded servers do not return one answer N times.
+/// ([`sample_seed`]), so seeded servers do not return one answer N times. Local models
+/// stop where the test's rule has read all it judges ([`Expected::stop_rule`]); servers
+/// cannot stop on a rule, and are sent what they always were (see ARCHITECTURE.md,
+/// `src/request/`).
+///
+/// [`Expected::stop_rule`]: crate::probe::Expected::stop_rule
 fn params(model: &ModelSpec, prompt: &Prompt, sample: u32) -> GenerationParams {
     GenerationParams {
         max_tokens: prompt.max_tokens,
@@ -118,6 +123,11 @@ fn params(model: &ModelSpec, prompt: &Prompt, sample: u32) -> GenerationParams {
                 .iter()
                 .map(|s| s.to_string())
                 .collect()
+        },
+        stop_rule: if model.backend == BackendKind::Local {
+            prompt.expected.stop_rule()
+        } else {
+            None
         },
     }
 }

@@ -147,6 +147,7 @@ pub fn build(cache: &Path, shared: &Path) -> Grid {
                             top_p: None,
                             seed: Some(0),
                             stop: vec![],
+                            stop_rule: None,
                         },
                         sample: 0,
                     };
