@@ -71,9 +71,8 @@ Examples:
 pub const RUN: &str = "\
 Examples:
   tabcontam run experiments/demo.toml --offline
-  tabcontam run experiments/demo.toml --progress-interval 30 > run.log 2>&1
-  tabcontam run experiments/demo.toml --shard 1/2 --cache cache/part1.sqlite
-  tabcontam run experiments/demo.toml --pin-served";
+  tabcontam run experiments/demo.toml --pin-served --progress-interval 30 > run.log 2>&1
+  tabcontam run experiments/demo.toml --shard 1/2 --cache cache/part1.sqlite";
 
 pub const STATUS: &str = "\
 Examples:
