@@ -15,6 +15,10 @@ demo: duckdb
 install: duckdb
     cargo install --locked --path .
 
+# The Python wheel (binary + libduckdb) into dist/; `pip install dist/tabcontam-*.whl`.
+wheel:
+    bash scripts/wheel.sh
+
 # The test suite: CI's command. Tests whose inputs are missing are skipped (listed at the end).
 test: duckdb
     cargo test --no-fail-fast

@@ -284,6 +284,15 @@ base = "base"
         );
         assert_eq!(t.synthetic_false_positives.total, 2);
         assert!(t.sentence.starts_with(&t.test), "{}", t.sentence);
+        // The minimum detectable dose is the first dose whose Wilson lower bound clears
+        // the false-positive rate's upper bound.
+        let ceiling = t.false_positives.interval.unwrap().high;
+        let first_clear = t
+            .sensitivity
+            .iter()
+            .find(|d| d.sensitivity.interval.is_some_and(|i| i.low > ceiling))
+            .map(|d| d.dose);
+        assert_eq!(t.minimum_detectable_dose, first_clear, "{t:?}");
     }
     // The manifest's split maps membership trials to rows seen and held out.
     let rows = &calibration.membership_rows;
@@ -347,6 +356,7 @@ base = "base"
     assert!(json["evidence"].as_array().unwrap().len() >= cells.len());
     assert!(file("report.html").contains("Calibration: how often each test catches"));
     assert!(file("report.html").contains(&calibration.tests[3].sentence));
+    assert!(file("report.html").contains("Minimum detectable dose (epochs;"));
     assert!(file("report.tex").contains("\\section{Calibration"));
     assert!(file("calibration.csv").starts_with("test,measure,dose"));
     assert!(file("evidence.csv").contains("feature-completion"));

@@ -160,6 +160,18 @@ fn never_seen_tables_written_sorted_or_grouped_are_not_detected() {
         "{json_p_value} vs {}",
         stats.p_value
     );
+    // Each tested cell joins the report's family: its p beside Holm's p and BH's q.
+    let family: Vec<_> = scores["significance"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["test"] == "row-order")
+        .collect();
+    assert_eq!(family.len(), 1, "{family:?}");
+    assert_eq!(family[0]["dataset"], "grouped-by-category");
+    let family_p = family[0]["p_value"].as_f64().unwrap();
+    assert!((family_p - stats.p_value).abs() < 1e-12);
+    assert!(family[0]["q_value"].as_f64().unwrap() >= family_p - 1e-15);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("<h2 id=\"row-order\">Row order (test 17)</h2>"));
     assert!(html.contains(&format!("{:.4}", stats.p_value)) || stats.p_value < 1e-4);

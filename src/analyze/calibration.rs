@@ -14,48 +14,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::stats::{Interval, wilson, wilson_of_share};
-use crate::dataset::synth::is_synthetic;
+pub use super::dose_response::{DoseRate, Rate, format_dose, minimum_detectable_dose};
+use super::dose_response::{sentence, test_rates};
 use crate::exposure::Exposure;
 use crate::probe::{MEMBERSHIP_ROW_NOTE, TestId};
 use crate::store::{CellRow, ModelRow, OWN_SOURCE, TrialRow};
-
-/// A count of detections (or correct answers) out of a total, with its Wilson interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Rate {
-    pub hits: u64,
-    pub total: u64,
-    pub rate: Option<f64>,
-    pub interval: Option<Interval>,
-}
-
-impl Rate {
-    fn new(hits: u64, total: u64) -> Rate {
-        Rate {
-            hits,
-            total,
-            rate: (total > 0).then(|| hits as f64 / total as f64),
-            interval: wilson(hits, total),
-        }
-    }
-
-    /// A share pooled over the samples of `trials` distinct trials (`correct` of `answers`
-    /// sample answers): the rate is the pooled share (what the verdict's accuracy is), its
-    /// interval counts each trial once, since samples of one prompt are not independent
-    /// evidence. `hits`/`total` are the trials, the pooled share rounded to whole trials.
-    fn pooled(correct: u64, answers: u64, trials: u64) -> Rate {
-        if answers == 0 || trials == 0 {
-            return Rate::new(0, 0);
-        }
-        let share = correct as f64 / answers as f64;
-        Rate {
-            hits: (share * trials as f64).round() as u64,
-            total: trials,
-            rate: Some(share),
-            interval: wilson_of_share(share, trials),
-        }
-    }
-}
 
 /// A model of the study and what it was trained on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,14 +27,6 @@ pub struct CalibrationModel {
     pub label: String,
     #[serde(flatten)]
     pub exposure: Exposure,
-}
-
-/// Sensitivity at one dose.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DoseRate {
-    pub dose: f64,
-    #[serde(flatten)]
-    pub sensitivity: Rate,
 }
 
 /// One contamination test (1–9) calibrated.
@@ -87,6 +42,12 @@ pub struct TestCalibration {
     pub synthetic_false_positives: Rate,
     /// One sentence for the report.
     pub sentence: String,
+    /// The smallest dose whose sensitivity's Wilson lower bound exceeds the false-positive
+    /// rate's upper bound ([`minimum_detectable_dose`]), under the report's scoring
+    /// profile; `None`: not reached.
+    pub minimum_detectable_dose: Option<f64>,
+    /// The same under the strict profile (echoes and guessable passes dropped).
+    pub minimum_detectable_dose_strict: Option<f64>,
 }
 
 /// One square of the contamination matrix: the share of contamination cells (tests 1–9)
@@ -161,15 +122,6 @@ fn condition(exposure: &Exposure) -> String {
     }
 }
 
-/// A dose as people write it: `1`, `2.5`.
-pub fn format_dose(dose: f64) -> String {
-    if dose.fract() == 0.0 {
-        format!("{dose:.0}")
-    } else {
-        format!("{dose}")
-    }
-}
-
 /// The study over the models with a declared exposure; `None` when no model declares one.
 /// `cells` are the scored cells; only ours with serialization `None` or `primary` count.
 pub fn calibrate(
@@ -211,46 +163,20 @@ pub fn calibrate(
     doses.sort_by(f64::total_cmp);
     doses.dedup();
 
+    // The strict profile (no echoes, no guessable passes) re-decided from the trials, for
+    // the minimum detectable dose under both profiles.
+    let strict_all = super::evidence::strict_cells(
+        &cells.iter().map(|&c| c.clone()).collect::<Vec<_>>(),
+        trials,
+    );
+    let strict: Vec<&CellRow> = strict_all.iter().collect();
     let tests = TestId::CONTAMINATION
         .iter()
         .map(|&test| {
-            let of_test: Vec<&&CellRow> = cells
-                .iter()
-                .filter(|c| c.test == test && c.skipped.is_none())
-                .collect();
-            let sensitivity: Vec<DoseRate> = doses
-                .iter()
-                .map(|&dose| {
-                    let positives: Vec<&&&CellRow> = of_test
-                        .iter()
-                        .filter(|c| {
-                            let e = exposure[c.model.as_str()];
-                            e.dose == dose && e.trained_on(&c.dataset)
-                        })
-                        .collect();
-                    let hits = positives.iter().filter(|c| c.result.passed).count();
-                    DoseRate {
-                        dose,
-                        sensitivity: Rate::new(hits as u64, positives.len() as u64),
-                    }
-                })
-                .collect();
-            let negatives: Vec<&&&CellRow> = of_test
-                .iter()
-                .filter(|c| !exposure[c.model.as_str()].trained_on(&c.dataset))
-                .collect();
-            let false_positives = Rate::new(
-                negatives.iter().filter(|c| c.result.passed).count() as u64,
-                negatives.len() as u64,
-            );
-            let synthetic: Vec<&&&&CellRow> = negatives
-                .iter()
-                .filter(|c| is_synthetic(&c.dataset))
-                .collect();
-            let synthetic_false_positives = Rate::new(
-                synthetic.iter().filter(|c| c.result.passed).count() as u64,
-                synthetic.len() as u64,
-            );
+            let (sensitivity, false_positives, synthetic_false_positives) =
+                test_rates(test, &cells, &doses, &exposure);
+            let (strict_sensitivity, strict_false_positives, _) =
+                test_rates(test, &strict, &doses, &exposure);
             let sentence = sentence(
                 test,
                 &sensitivity,
@@ -260,6 +186,11 @@ pub fn calibrate(
             TestCalibration {
                 test: test.id().to_string(),
                 number: test.number(),
+                minimum_detectable_dose: minimum_detectable_dose(&sensitivity, &false_positives),
+                minimum_detectable_dose_strict: minimum_detectable_dose(
+                    &strict_sensitivity,
+                    &strict_false_positives,
+                ),
                 sensitivity,
                 false_positives,
                 synthetic_false_positives,
@@ -452,47 +383,6 @@ pub fn calibrate(
     })
 }
 
-fn sentence(test: TestId, sensitivity: &[DoseRate], fp: &Rate, synthetic: &Rate) -> String {
-    if fp.total == 0 && sensitivity.iter().all(|d| d.sensitivity.total == 0) {
-        return format!("{}: not run on the models of the study.", test.id());
-    }
-    let detections: Vec<String> = sensitivity
-        .iter()
-        .filter(|d| d.sensitivity.total > 0)
-        .map(|d| {
-            format!(
-                "after {} epoch{} in {} of {}",
-                format_dose(d.dose),
-                if d.dose == 1.0 { "" } else { "s" },
-                d.sensitivity.hits,
-                d.sensitivity.total
-            )
-        })
-        .collect();
-    let detects = if detections.is_empty() {
-        "has no trained-on dataset to detect".to_string()
-    } else {
-        format!(
-            "detects training on the data {} trained datasets",
-            detections.join(", ")
-        )
-    };
-    let synthetic = if synthetic.total > 0 {
-        format!(
-            " ({} of {} on synthetic datasets)",
-            synthetic.hits, synthetic.total
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        "{}: {detects}; false positives in {} of {}{synthetic}.",
-        test.id(),
-        fp.hits,
-        fp.total
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -612,5 +502,35 @@ mod tests {
             panic!("{:?}", study.flips)
         };
         assert_eq!((flip.compared, flip.gained, flip.lost), (2, 1, 0));
+    }
+    /// The strict profile is computed from the trials: a checkpoint's passes that are all
+    /// echoes detect under `paper` but not under `strict`.
+    #[test]
+    fn the_strict_minimum_dose_drops_echo_passes() {
+        let models = vec![
+            model("base", serde_json::json!({"trained_on": [], "dose": 0.0})),
+            model(
+                "ckpt",
+                serde_json::json!({"trained_on": ["toy"], "dose": 2.0, "base": "base"}),
+            ),
+        ];
+        let mut cells = Vec::new();
+        let mut trials = Vec::new();
+        for seed in 0..12 {
+            cells.push(cell("base", seed, false));
+            cells.push(cell("ckpt", seed, true));
+            let mut echo = trial("the-is", seed, 0, 0, true);
+            echo.test = TestId::FeatureCompletion;
+            echo.echo = true;
+            trials.push(echo);
+        }
+        let study = calibrate(&models, &cells, &trials, "the-is").unwrap();
+        let test = study
+            .tests
+            .iter()
+            .find(|t| t.test == "feature-completion")
+            .unwrap();
+        assert_eq!(test.minimum_detectable_dose, Some(2.0), "{test:?}");
+        assert_eq!(test.minimum_detectable_dose_strict, None, "{test:?}");
     }
 }

@@ -81,6 +81,25 @@ pub fn export_parquet(store: &Store, dir: &Path) -> Result<Vec<ExportedFile>> {
     Ok(written)
 }
 
+/// Converts a CSV file with a header to Parquet (DuckDB's CSV reader, column types
+/// sniffed), for exports that write CSV first (`tabcontam rows --out x.parquet`).
+pub fn csv_to_parquet(csv: &Path, parquet: &Path) -> Result<()> {
+    let config = Config::default()
+        .with("autoinstall_known_extensions", "false")
+        .and_then(|c| c.with("autoload_known_extensions", "false"))
+        .doing("configuring the export database")?;
+    let conn =
+        Connection::open_in_memory_with_flags(config).doing("opening an in-memory database")?;
+    let quote = |p: &Path| p.to_string_lossy().replace('\'', "''");
+    conn.execute_batch(&format!(
+        "COPY (SELECT * FROM read_csv('{}', header = true)) TO '{}' (FORMAT parquet, COMPRESSION zstd)",
+        quote(csv),
+        quote(parquet)
+    ))
+    .map_err(|e| anyhow::anyhow!("writing {}: {e}", parquet.display()))?;
+    Ok(())
+}
+
 fn load(store: &Store, conn: &Connection) -> Result<()> {
     let mut failed: Option<duckdb::Error> = None;
     {

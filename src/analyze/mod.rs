@@ -12,6 +12,7 @@
 
 pub mod calibration;
 pub mod diff;
+pub mod dose_response;
 pub mod evidence;
 pub mod explorer;
 pub mod export;
@@ -250,7 +251,9 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     // Significance (p, Holm, BH q) is computed on the paper's verdicts; the strict and fdr
     // profiles re-decide cells before anything is scored, so every view (scores, heatmaps,
     // calibration) follows them.
-    let significance = significance(&cells);
+    let likelihood = store.likelihood_cells()?;
+    let row_order = store.row_order_cells()?;
+    let significance = significance(&cells, &likelihood, &row_order);
     let scored = match options.scoring {
         Scoring::Paper => cells.clone(),
         Scoring::Strict => evidence::strict_cells(&cells, &trials),
@@ -269,8 +272,8 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
             explorer::explorer_cells(store, &trials, &analysis, options.explorer_trials)?;
     }
     analysis.explorer_trials = options.explorer_trials;
-    analysis.likelihood = store.likelihood_cells()?;
-    analysis.row_order = store.row_order_cells()?;
+    analysis.likelihood = likelihood;
+    analysis.row_order = row_order;
     analysis.provenance = provenance::provenance(store)?;
     // Only answers that carry a reported version count: a cache of local models or of
     // servers that never say keeps its reports as they were.

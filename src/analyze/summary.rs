@@ -6,14 +6,19 @@ use super::*;
 /// Every cell of ours with a p-value (the report's family, see
 /// [`crate::significance::MULTIPLE_COMPARISONS_NOTE`]): tests 10–16 with the exact binomial
 /// p of their passed trials under the per-trial chance level; tests 7–9 with the p-value of
-/// their verdict under the cell's chance level ([`verdict_p_value`]). Holm's adjustment runs
-/// across each model's cells, Benjamini–Hochberg's q-values across all of them (plain Rust:
-/// a model has a few thousand cells at most). Cells without a p-value (tests 1–6, skipped
-/// cells, cells whose chance level is not computable or predates the chance column) are not
-/// in the family.
+/// their verdict under the cell's chance level ([`verdict_p_value`]); the likelihood
+/// detectors with the label-permutation p-value of their AUROC; test 17 (`row-order`) with
+/// its exact rank-sum p-value. Holm's adjustment runs across each model's cells,
+/// Benjamini–Hochberg's q-values across all of them (plain Rust: a model has a few thousand
+/// cells at most). Cells without a p-value (tests 1–6, skipped cells, cells whose chance
+/// level is not computable or predates the chance column) are not in the family.
 ///
 /// [`verdict_p_value`]: crate::significance::verdict_p_value
-pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
+pub fn significance(
+    cells: &[CellRow],
+    likelihood: &[crate::store::LikelihoodCellRow],
+    row_order: &[crate::store::RowOrderCellRow],
+) -> Vec<SignificanceCell> {
     let mut rows: Vec<SignificanceCell> = cells
         .iter()
         .filter(|c| c.source == crate::store::OWN_SOURCE)
@@ -46,6 +51,8 @@ pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
             })
         })
         .collect();
+    rows.extend(likelihood.iter().filter_map(likelihood_significance));
+    rows.extend(row_order.iter().filter_map(row_order_significance));
     rows.sort_by(|a, b| {
         (&a.model, &a.dataset, a.number, &a.serialization, a.seed).cmp(&(
             &b.model,
@@ -79,6 +86,60 @@ pub fn significance(cells: &[CellRow]) -> Vec<SignificanceCell> {
         row.q_value = q;
     }
     rows
+}
+
+/// A likelihood cell in the family: its AUROC against the 0.5 of a detector that cannot
+/// tell the groups apart, with the label-permutation p-value. `trials` counts the texts
+/// compared, `passed_trials` the positives among them (original rows, or rows trained on).
+fn likelihood_significance(cell: &crate::store::LikelihoodCellRow) -> Option<SignificanceCell> {
+    let stats = cell.stats.as_ref()?;
+    Some(SignificanceCell {
+        model: cell.model.clone(),
+        dataset: cell.dataset.clone(),
+        test: cell.test.clone(),
+        number: 0,
+        family: "likelihood",
+        serialization: Some(cell.serialization.clone()),
+        seed: cell.seed,
+        passed: stats.p_value < crate::significance::ALPHA,
+        score: stats.auroc,
+        trials: (stats.positives + stats.negatives) as u64,
+        passed_trials: stats.positives as u64,
+        chance: 0.5,
+        chance_of: "auroc",
+        p_value: stats.p_value,
+        p_holm: stats.p_value,
+        q_value: stats.p_value,
+    })
+}
+
+/// A test-17 cell in the family: `trials` are its shards, `passed_trials` the shards whose
+/// file order scored above every one of their permutations (chance `1/(m+1)` each under an
+/// exchangeable order); the p-value is the exact rank-sum one over all shards.
+fn row_order_significance(cell: &crate::store::RowOrderCellRow) -> Option<SignificanceCell> {
+    let stats = cell.stats.as_ref()?;
+    Some(SignificanceCell {
+        model: cell.model.clone(),
+        dataset: cell.dataset.clone(),
+        test: "row-order".into(),
+        number: 17,
+        family: "row-order",
+        serialization: None,
+        seed: cell.seed,
+        passed: stats.p_value < crate::significance::ALPHA,
+        score: stats.mean_gap_nats,
+        trials: stats.shards as u64,
+        passed_trials: stats
+            .ranks
+            .iter()
+            .filter(|&&rank| rank == stats.permutations)
+            .count() as u64,
+        chance: 1.0 / (stats.permutations as f64 + 1.0),
+        chance_of: "shard",
+        p_value: stats.p_value,
+        p_holm: stats.p_value,
+        q_value: stats.p_value,
+    })
 }
 
 /// The chance level a cell of tests 7–9 is judged against: its stored level, raised to the

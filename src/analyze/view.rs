@@ -83,7 +83,7 @@ pub struct SignificanceCell {
     pub dataset: String,
     pub test: String,
     pub number: u8,
-    /// `paper` or `verbatim`.
+    /// `paper`, `verbatim`, `likelihood` (number 0) or `row-order` (number 17).
     pub family: &'static str,
     pub serialization: Option<String>,
     pub seed: u64,
@@ -94,9 +94,11 @@ pub struct SignificanceCell {
     pub trials: u64,
     pub passed_trials: u64,
     /// Probability that one trial passes by chance (`chance_of` = `trial`, tests 10–16), or
-    /// that the cell passes by chance (`cell`, tests 7–9: its chance level).
+    /// that the cell passes by chance (`cell`, tests 7–9: its chance level); the AUROC of a
+    /// blind detector (`auroc`, 0.5, likelihood cells); the chance of one shard's file order
+    /// scoring above all its permutations (`shard`, test 17).
     pub chance: f64,
-    /// `trial` or `cell`: what `chance` is the chance of.
+    /// `trial`, `cell`, `auroc` or `shard`: what `chance` is the chance of.
     pub chance_of: &'static str,
     /// Tests 10–16: exact one-sided binomial P(X ≥ passed_trials) under `chance`; tests
     /// 7–9: `chance` when the cell passed, 1 when it did not.

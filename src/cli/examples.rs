@@ -14,6 +14,12 @@ Examples:
   tabcontam calibrate study.toml --train-only
   tabcontam calibrate study.toml --json > calibration.json";
 
+pub const ROWS: &str = "\
+Examples:
+  tabcontam rows study.toml --model smollm2-iris-e4 --dataset iris
+  tabcontam rows study.toml --model smollm2-iris-e4 --dataset iris --fdr 0.05 --out seen.csv
+  tabcontam rows study.toml --model smollm2-iris-e4 --dataset iris --detector zlib --json";
+
 pub const DATASETS: &str = "\
 Examples:
   tabcontam datasets list

@@ -69,6 +69,12 @@ pub enum Command {
     /// false-positive rate with 95 % Wilson intervals.
     #[command(after_help = examples::CALIBRATE)]
     Calibrate(CalibrateArgs),
+    /// Which rows of a dataset a checkpoint has seen, with a false-discovery guarantee:
+    /// each row's likelihood score gets a conformal p-value against the rows held out of
+    /// training, and Benjamini–Hochberg selects the rows called seen at the rate --fdr.
+    /// Reads the log-probabilities a run of the likelihood tests cached.
+    #[command(after_help = examples::ROWS)]
+    Rows(RowsArgs),
     /// Send the report of the cache to a tracker: one MLflow run per model, with params,
     /// metrics, dataset inputs and the report files as artifacts.
     #[command(subcommand)]
@@ -444,6 +450,41 @@ pub struct PromptsArgs {
     #[command(flatten)]
     pub data: DataDirArgs,
     /// Print JSON (one array of prompts) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RowsArgs {
+    /// Experiment spec (TOML) naming the model.
+    pub spec: PathBuf,
+    /// The model (an id of the spec): a checkpoint whose manifest lists the rows it was
+    /// trained on.
+    #[arg(long, value_name = "ID")]
+    pub model: String,
+    /// The dataset whose rows are judged.
+    #[arg(long, value_name = "NAME")]
+    pub dataset: String,
+    /// Target false-identification rate: the expected share of rows called seen that were
+    /// not.
+    #[arg(long, value_name = "Q", default_value_t = 0.1)]
+    pub fdr: f64,
+    /// The likelihood detector whose score ranks the rows (`likelihood-perplexity`,
+    /// `-zlib`, `-min-k`, `-min-k-plus-plus`, or without the prefix).
+    #[arg(long, value_name = "TEST", default_value = "min-k-plus-plus")]
+    pub detector: String,
+    /// The template the rows were scored in (default: the model's first).
+    #[arg(long, value_name = "ID")]
+    pub serialization: Option<String>,
+    /// Also write every judged row (row, score, p, q, selected, trained) to FILE: `.csv` or
+    /// `.parquet`.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub data: DataDirArgs,
+    /// Print the whole judgement as JSON.
     #[arg(long)]
     pub json: bool,
 }

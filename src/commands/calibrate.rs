@@ -114,6 +114,8 @@ fn write_table(out: &mut dyn Write, calibration: &Calibration) -> std::io::Resul
     );
     header.push("false positives".into());
     header.push("on synthetic".into());
+    header.push("min. dose".into());
+    header.push("strict".into());
     let mut rows = vec![header];
     // Only the tests the study ran.
     let ran: Vec<_> = calibration
@@ -135,6 +137,12 @@ fn write_table(out: &mut dyn Write, calibration: &Calibration) -> std::io::Resul
         }
         row.push(rate(&test.false_positives));
         row.push(rate(&test.synthetic_false_positives));
+        for dose in [
+            test.minimum_detectable_dose,
+            test.minimum_detectable_dose_strict,
+        ] {
+            row.push(dose.map_or_else(|| "not reached".into(), format_dose));
+        }
         rows.push(row);
     }
     write_aligned(out, &rows)?;
@@ -152,7 +160,10 @@ fn write_table(out: &mut dyn Write, calibration: &Calibration) -> std::io::Resul
             )?;
         }
     }
-    writeln!(out)?;
+    writeln!(
+        out,
+        "\nmin. dose: the smallest dose whose sensitivity's Wilson lower bound exceeds the false-positive rate's upper bound (strict: echoes and guessable passes dropped)."
+    )?;
     for test in &ran {
         writeln!(out, "{}", test.sentence)?;
     }

@@ -12,6 +12,7 @@ pub mod parity;
 pub mod plan;
 pub mod prompts;
 pub mod report;
+pub mod rows;
 pub mod run;
 pub mod site;
 pub mod status;
@@ -38,6 +39,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cache(cmd) => cache::run(cmd),
         Command::Contaminate(args) => contaminate::run(args),
         Command::Calibrate(args) => calibrate::run(args),
+        Command::Rows(args) => rows::run(args),
         Command::Export(cmd) => export::run(cmd),
     }
 }

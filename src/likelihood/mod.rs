@@ -6,8 +6,10 @@
 //! Architecture Invariant: pure. The log-probabilities come in as plain data
 //! ([`TokenLogprobs`]); fetching them (local engine, servers) and caching them live elsewhere.
 
+pub mod dataset_inference;
 pub mod roc;
 pub mod row_order;
+pub mod seen_rows;
 
 use std::io::Write;
 

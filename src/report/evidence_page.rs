@@ -30,6 +30,8 @@ pub struct EvidenceRow {
 
 /// The calibration section.
 pub struct CalibrationView {
+    /// The headline: each test's minimum detectable dose under both profiles.
+    pub headline: String,
     pub models: Vec<[String; 4]>,
     pub doses: Vec<String>,
     pub rows: Vec<CalibrationRow>,
@@ -48,6 +50,9 @@ pub struct CalibrationRow {
     pub sensitivity: Vec<String>,
     pub false_positives: String,
     pub synthetic: String,
+    /// Minimum detectable dose under the report's profile, then under `strict`.
+    pub minimum_dose: String,
+    pub minimum_dose_strict: String,
 }
 
 pub struct DosePlot {
@@ -55,6 +60,40 @@ pub struct DosePlot {
     pub svg: String,
     /// A TikZ picture (already escaped).
     pub tikz: String,
+}
+
+/// A minimum detectable dose, or why there is none.
+fn minimum_dose(dose: Option<f64>) -> String {
+    dose.map_or_else(|| "not reached".to_string(), format_dose)
+}
+
+/// `Minimum detectable dose …: 7 incomplete-completion 4 (strict 16); …`, over the tests
+/// the study ran.
+fn calibration_headline(c: &crate::analyze::calibration::Calibration) -> String {
+    let tests: Vec<String> = c
+        .tests
+        .iter()
+        .filter(|t| {
+            t.false_positives.total > 0 || t.sensitivity.iter().any(|d| d.sensitivity.total > 0)
+        })
+        .map(|t| {
+            format!(
+                "{} {} {} (strict {})",
+                t.number,
+                t.test,
+                minimum_dose(t.minimum_detectable_dose),
+                minimum_dose(t.minimum_detectable_dose_strict)
+            )
+        })
+        .collect();
+    format!(
+        "Minimum detectable dose (epochs; the smallest dose whose sensitivity's Wilson 95% lower bound exceeds the false-positive rate's upper bound): {}.",
+        if tests.is_empty() {
+            "no test ran".to_string()
+        } else {
+            tests.join("; ")
+        }
+    )
 }
 
 fn rate(r: &Rate) -> String {
@@ -129,6 +168,8 @@ pub fn calibration_view(analysis: &Analysis) -> Option<CalibrationView> {
             sensitivity: t.sensitivity.iter().map(|d| rate(&d.sensitivity)).collect(),
             false_positives: rate(&t.false_positives),
             synthetic: rate(&t.synthetic_false_positives),
+            minimum_dose: minimum_dose(t.minimum_detectable_dose),
+            minimum_dose_strict: minimum_dose(t.minimum_detectable_dose_strict),
         })
         .collect();
     let rates: Vec<Vec<Option<f64>>> = c
@@ -221,6 +262,7 @@ pub fn calibration_view(analysis: &Analysis) -> Option<CalibrationView> {
         doses: c.doses.iter().map(|d| format_dose(*d)).collect(),
         rows,
         sentences: c.tests.iter().map(|t| t.sentence.clone()).collect(),
+        headline: calibration_headline(c),
         matrix_svg,
         matrix_tikz,
         plots,

@@ -10,6 +10,7 @@ pub mod local_exec;
 pub mod model_spec;
 mod outcome;
 pub mod plan;
+pub mod seen_rows;
 pub mod served;
 pub mod session;
 pub mod shard;

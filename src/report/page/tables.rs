@@ -185,7 +185,11 @@ pub(in crate::report) fn significance_rows(analysis: &Analysis) -> Vec<Significa
         .map(|c| SignificanceRow {
             model: label(&c.model),
             dataset: dataset_name_in(analysis, &c.dataset),
-            test: format!("{} {}", c.number, c.test),
+            test: match c.number {
+                // The likelihood detectors have no number.
+                0 => c.test.clone(),
+                number => format!("{number} {}", c.test),
+            },
             serialization: c.serialization.clone().unwrap_or_else(|| NONE.to_string()),
             result: match (c.family, c.number) {
                 // Accuracy tests have no pass/fail of their own: the p-value is the verdict.
@@ -193,17 +197,24 @@ pub(in crate::report) fn significance_rows(analysis: &Analysis) -> Vec<Significa
                 _ if c.passed => "pass",
                 _ => "fail",
             },
-            score: if c.test == "header" {
-                format!("{:.0} chars", c.score)
-            } else {
-                fixed2(c.score)
+            score: match (c.family, c.test.as_str()) {
+                (_, "header") => format!("{:.0} chars", c.score),
+                ("likelihood", _) => format!("AUROC {}", fixed2(c.score)),
+                ("row-order", _) => format!("{:+.2} nats", c.score),
+                _ => fixed2(c.score),
             },
-            count: format!("{}/{}", c.passed_trials, c.trials),
+            count: match c.family {
+                "likelihood" => format!("{} vs {}", c.passed_trials, c.trials - c.passed_trials),
+                "row-order" => format!("{}/{} shards", c.passed_trials, c.trials),
+                _ => format!("{}/{}", c.passed_trials, c.trials),
+            },
             chance: match c.chance_of {
                 "cell" => format!(
                     "{} (cell)",
                     crate::analyze::evidence::format_probability(c.chance)
                 ),
+                "auroc" => "0.5 (AUROC)".to_string(),
+                "shard" => format!("{:.3} (shard)", c.chance),
                 _ => format!("{:.3}", c.chance),
             },
             p_value: p_value(Some(c.p_value)),

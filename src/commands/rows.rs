@@ -1,0 +1,123 @@
+//! `tabcontam rows`: which rows a checkpoint has seen at a false-identification rate
+//! (`run::seen_rows` judges from the cache; this prints and exports).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::cli::RowsArgs;
+use crate::likelihood::Detector;
+use crate::run::seen_rows::{RowsQuery, SeenRows, seen_rows};
+use crate::run::spec::Spec;
+use crate::store::Store;
+
+pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
+    if !(args.fdr > 0.0 && args.fdr < 1.0) {
+        anyhow::bail!(
+            "--fdr {} must be a rate between 0 and 1, e.g. 0.1",
+            args.fdr
+        );
+    }
+    let detector = Detector::parse(&args.detector).with_context(|| {
+        format!(
+            "unknown --detector {:?}: use one of {}",
+            args.detector,
+            Detector::ALL.map(|d| d.test_id()).join(", ")
+        )
+    })?;
+    let spec = Spec::load(&args.spec)?;
+    let store = Store::open_read_only(&args.cache.cache)?;
+    let judged = seen_rows(
+        &spec,
+        &store,
+        &RowsQuery {
+            model: &args.model,
+            dataset: &args.dataset,
+            detector,
+            fdr: args.fdr,
+            serialization: args.serialization.as_deref(),
+            data_dir: args.data.data_dir.as_deref(),
+        },
+    )?;
+    if let Some(path) = &args.out {
+        export(&judged, path)?;
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &judged)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let t = &judged.truth;
+    writeln!(
+        out,
+        "{} on {} ({}, {}): {} of {} rows called seen at FDR {}; references: {}.",
+        judged.model,
+        judged.dataset,
+        judged.detector,
+        judged.serialization,
+        t.selected,
+        judged.rows.len(),
+        args.fdr,
+        judged.references
+    )?;
+    writeln!(
+        out,
+        "against the manifest: {} of {} trained rows found (power {:.2}); {} held-out rows selected (false-identification rate {:.3})",
+        t.trained_found, t.trained, t.power, t.false_identifications, t.false_identification_rate
+    )?;
+    if t.selected > 0 {
+        writeln!(
+            out,
+            "\n{:>6} {:>10} {:>8} {:>8}  trained",
+            "row", "score", "p", "q"
+        )?;
+        for r in judged.rows.iter().filter(|r| r.selected) {
+            writeln!(
+                out,
+                "{:>6} {:>10.4} {:>8.4} {:>8.4}  {}",
+                r.row,
+                r.score,
+                r.p_value,
+                r.q_value,
+                if r.reference { "no" } else { "yes" }
+            )?;
+        }
+    }
+    if let Some(path) = &args.out {
+        writeln!(out, "\nevery row judged: {}", path.display())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every judged row as CSV, or Parquet for a `.parquet` path; written beside and renamed,
+/// so a failed export leaves no half-written file.
+fn export(judged: &SeenRows, path: &Path) -> anyhow::Result<()> {
+    let parquet = path.extension().is_some_and(|e| e == "parquet");
+    let partial = path.with_extension("partial.csv");
+    let mut csv = String::from("row,score,p_value,q_value,selected,trained\n");
+    for r in &judged.rows {
+        csv.push_str(&format!(
+            "{},{},{},{},{},{}\n",
+            r.row, r.score, r.p_value, r.q_value, r.selected, !r.reference
+        ));
+    }
+    std::fs::write(&partial, csv).with_context(|| {
+        format!(
+            "cannot write {}: pass an --out path in a writable folder",
+            partial.display()
+        )
+    })?;
+    let result: anyhow::Result<()> = if parquet {
+        let written = path.with_extension("partial.parquet");
+        crate::analyze::export::csv_to_parquet(&partial, &written)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(std::fs::rename(&written, path)?))
+    } else {
+        std::fs::rename(&partial, path).map_err(Into::into)
+    };
+    let _ = std::fs::remove_file(&partial);
+    result.with_context(|| format!("cannot write {}", path.display()))
+}

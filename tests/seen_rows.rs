@@ -1,0 +1,195 @@
+//! `tabcontam rows` on a real run: a tiny llama checkpoint (written by the test, with a
+//! `tabcontam-manifest.json` listing the iris rows it was trained on) scores every iris row
+//! through the local engine; `rows` gives each row a conformal p-value against the held-out
+//! rows and selects by Benjamini–Hochberg. The figures are recomputed here from the scores
+//! the command prints, and the errors name their fix.
+
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
+#[path = "support/tiny_llama.rs"]
+mod tiny_llama;
+
+use cli_env::{Env, one_line_error};
+
+#[test]
+fn rows_judges_every_row_of_a_checkpoint_against_its_held_out_rows() {
+    let env = Env::new().default_cache();
+    let base = env.path("base");
+    tiny_llama::write_tiny_llama(&base, tiny_llama::VOCAB);
+    let checkpoint = env.path("checkpoint");
+    tiny_llama::write_tiny_llama(&checkpoint, tiny_llama::VOCAB);
+    // Rows 0, 3, 6, …: 50 trained on, 100 held out.
+    let trained: Vec<usize> = (0..150).step_by(3).collect();
+    std::fs::write(
+        checkpoint.join("tabcontam-manifest.json"),
+        serde_json::json!({
+            "datasets": ["iris"],
+            "epoch": 1,
+            "rows": {"selection": "split", "trained_rows": trained},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let spec = env.spec(
+        "study.toml",
+        &format!(
+            r#"name = "rows"
+datasets = ["iris", "synthetic:5:30"]
+tests = ["likelihood-zlib"]
+serializations = ["the-is"]
+
+[[models]]
+id = "base"
+backend = "local"
+model = "{base}"
+
+[[models]]
+id = "ckpt"
+backend = "local"
+model = "{checkpoint}"
+datasets = ["iris"]
+"#,
+            base = base.display(),
+            checkpoint = checkpoint.display()
+        ),
+    );
+    let spec = spec.to_str().unwrap();
+    env.ok(&["run", spec, "--quiet"]);
+
+    let csv = env.path("seen.csv");
+    let judged = env.json(&[
+        "rows",
+        spec,
+        "--model",
+        "ckpt",
+        "--dataset",
+        "iris",
+        "--detector",
+        "zlib",
+        "--fdr",
+        "0.2",
+        "--out",
+        csv.to_str().unwrap(),
+        "--json",
+    ]);
+    let rows = judged["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 150);
+    assert_eq!(judged["detector"], "likelihood-zlib");
+    // Each p-value from the scores: (1 + references scoring at least as high, the row
+    // itself left out) / (1 + references counted).
+    let references: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["reference"] == true)
+        .map(|r| r["score"].as_f64().unwrap())
+        .collect();
+    assert_eq!(references.len(), 100);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["row"], i);
+        assert_eq!(row["reference"], i % 3 != 0, "{row}");
+        let score = row["score"].as_f64().unwrap();
+        let reference = row["reference"] == true;
+        let at_least = references.iter().filter(|&&r| r >= score).count();
+        let (above, counted) = match reference {
+            true => (at_least - 1, references.len() - 1),
+            false => (at_least, references.len()),
+        };
+        let p = (1 + above) as f64 / (1 + counted) as f64;
+        assert!(
+            (row["p_value"].as_f64().unwrap() - p).abs() < 1e-12,
+            "{row}"
+        );
+        let q = row["q_value"].as_f64().unwrap();
+        assert!(q >= p - 1e-15 && q <= 1.0, "{row}");
+        assert_eq!(row["selected"], q <= 0.2, "{row}");
+    }
+    // The truth block counts what the rows say.
+    let selected = rows.iter().filter(|r| r["selected"] == true).count();
+    let false_ids = rows
+        .iter()
+        .filter(|r| r["selected"] == true && r["reference"] == true)
+        .count();
+    assert_eq!(judged["truth"]["selected"], selected);
+    assert_eq!(judged["truth"]["false_identifications"], false_ids);
+    assert_eq!(judged["truth"]["trained"], 50);
+    // The export holds every row.
+    let exported = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(exported.lines().count(), 151);
+    assert!(exported.starts_with("row,score,p_value,q_value,selected,trained\n"));
+    let parquet = env.path("seen.parquet");
+    env.ok(&[
+        "rows",
+        spec,
+        "--model",
+        "ckpt",
+        "--dataset",
+        "iris",
+        "--detector",
+        "zlib",
+        "--out",
+        parquet.to_str().unwrap(),
+    ]);
+    assert_eq!(&std::fs::read(&parquet).unwrap()[..4], b"PAR1");
+
+    // A model without held-out rows, a dataset never scored, a bad rate: one line each.
+    one_line_error(
+        &env.run(&["rows", spec, "--model", "base", "--dataset", "iris"]),
+        &["`base`", "no rows of `iris`", "manifest"],
+    );
+    let unscored = env.run(&[
+        "rows",
+        spec,
+        "--model",
+        "ckpt",
+        "--dataset",
+        "synthetic:5:30",
+    ]);
+    one_line_error(&unscored, &["no rows of `synthetic-5-30`"]);
+    let other_cache = env.path("other.sqlite");
+    one_line_error(
+        &env.run(&[
+            "rows",
+            spec,
+            "--model",
+            "ckpt",
+            "--dataset",
+            "iris",
+            "--cache",
+            other_cache.to_str().unwrap(),
+        ]),
+        &["150 of 150 rows of `iris`", "tabcontam run"],
+    );
+    one_line_error(
+        &env.run(&[
+            "rows",
+            spec,
+            "--model",
+            "ckpt",
+            "--dataset",
+            "iris",
+            "--detector",
+            "min-k-plus-plus",
+            "--serialization",
+            "equals",
+        ]),
+        &["no template `equals`"],
+    );
+    one_line_error(
+        &env.run(&[
+            "rows",
+            spec,
+            "--model",
+            "ckpt",
+            "--dataset",
+            "iris",
+            "--fdr",
+            "1.5",
+        ]),
+        &["--fdr 1.5"],
+    );
+    one_line_error(
+        &env.run(&["rows", spec, "--model", "nobody", "--dataset", "iris"]),
+        &["no model `nobody`", "base, ckpt"],
+    );
+}
