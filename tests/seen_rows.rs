@@ -113,6 +113,13 @@ datasets = ["iris"]
     assert_eq!(judged["truth"]["selected"], selected);
     assert_eq!(judged["truth"]["false_identifications"], false_ids);
     assert_eq!(judged["truth"]["trained"], 50);
+    // Dataset inference over the same split: all four detectors of the local engine.
+    let inference = &judged["dataset_inference"];
+    assert_eq!(inference["suspect_rows"], 50, "{inference}");
+    assert_eq!(inference["held_out_rows"], 100, "{inference}");
+    assert_eq!(inference["weights"].as_array().unwrap().len(), 4, "{inference}");
+    let p = inference["p_value"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&p) && inference["t"].as_f64().unwrap().is_finite());
     // The export holds every row.
     let exported = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(exported.lines().count(), 151);

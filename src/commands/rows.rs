@@ -68,6 +68,13 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
         "against the manifest: {} of {} trained rows found (power {:.2}); {} held-out rows selected (false-identification rate {:.3})",
         t.trained_found, t.trained, t.power, t.false_identifications, t.false_identification_rate
     )?;
+    if let Some(di) = &judged.dataset_inference {
+        writeln!(
+            out,
+            "dataset inference (four detectors combined, trained vs held-out rows): t = {:.2}, df = {:.1}, p = {:.3e}",
+            di.t, di.df, di.p_value
+        )?;
+    }
     if t.selected > 0 {
         writeln!(
             out,

@@ -10,6 +10,7 @@ use super::local_exec::{declared_exposure, local_revision};
 use super::spec::Spec;
 use crate::dataset::catalog::Catalog;
 use crate::likelihood::Detector;
+use crate::likelihood::dataset_inference::{DatasetInference, dataset_inference};
 use crate::likelihood::seen_rows::{RowJudgement, SelectionTruth, against_truth, judge_rows};
 use crate::probe::{ProbeContext, PromptPack, row_texts};
 use crate::request::ScoreRequest;
@@ -41,6 +42,10 @@ pub struct SeenRows {
     /// The selection scored against the checkpoint's manifest: trained rows found, held-out
     /// rows wrongly selected.
     pub truth: SelectionTruth,
+    /// Dataset inference over the same split: the four detectors' scores of the trained
+    /// rows against the held-out rows combined into one p-value (`None` when a set is too
+    /// small or a detector cannot score every row).
+    pub dataset_inference: Option<DatasetInference>,
 }
 
 /// Judges every row of `query.dataset` under `query.model` of `spec`: the rows the model
@@ -127,19 +132,51 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
     }
     let seen: std::collections::HashSet<usize> = trained.iter().copied().collect();
     let (mut candidates, mut references) = (Vec::new(), Vec::new());
+    // Dataset inference's features: every detector's score of the row (rows a detector
+    // cannot score leave that detector out of the combination).
+    let (mut suspect_features, mut held_out_features) = (Vec::new(), Vec::new());
     for (row, (text, key)) in texts.iter().zip(&keys).enumerate() {
-        let Some(score) = query.detector.score(text, &found[key].1) else {
+        let logprobs = &found[key].1;
+        let Some(score) = query.detector.score(text, logprobs) else {
             anyhow::bail!(
                 "{} cannot score row {row} from the cached log-probabilities ({}); choose another --detector",
                 query.detector.test_id(),
                 found[key].0
             );
         };
+        let features: Vec<Option<f64>> = Detector::ALL
+            .iter()
+            .map(|d| d.score(text, logprobs))
+            .collect();
         match seen.contains(&row) {
-            true => candidates.push((row, score)),
-            false => references.push((row, score)),
+            true => {
+                candidates.push((row, score));
+                suspect_features.push(features);
+            }
+            false => {
+                references.push((row, score));
+                held_out_features.push(features);
+            }
         }
     }
+    let usable: Vec<usize> = (0..Detector::ALL.len())
+        .filter(|&d| {
+            suspect_features
+                .iter()
+                .chain(&held_out_features)
+                .all(|f| f[d].is_some())
+        })
+        .collect();
+    let complete = |rows: &[Vec<Option<f64>>]| -> Vec<Vec<f64>> {
+        rows.iter()
+            .map(|f| usable.iter().map(|&d| f[d].expect("usable")).collect())
+            .collect()
+    };
+    let inference = dataset_inference(
+        &complete(&suspect_features),
+        &complete(&held_out_features),
+        spec.seed,
+    );
     let rows = judge_rows(&candidates, &references, query.fdr);
     Ok(SeenRows {
         model: model.id.clone(),
@@ -153,5 +190,6 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
         ),
         truth: against_truth(&rows),
         rows,
+        dataset_inference: inference,
     })
 }
