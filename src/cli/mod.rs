@@ -470,8 +470,10 @@ pub struct RowsArgs {
     #[arg(long, value_name = "Q", default_value_t = 0.1)]
     pub fdr: f64,
     /// The likelihood detector whose score ranks the rows (`likelihood-perplexity`,
-    /// `-zlib`, `-min-k`, `-min-k-plus-plus`, or without the prefix).
-    #[arg(long, value_name = "TEST", default_value = "min-k-plus-plus")]
+    /// `-zlib`, `-min-k`, `-min-k-plus-plus`, or without the prefix). Min-K% by default:
+    /// on SmolLM2 checkpoints it separated trained from held-out rows where Min-K%++ did
+    /// not (docs/guide/detectors.md).
+    #[arg(long, value_name = "TEST", default_value = "min-k")]
     pub detector: String,
     /// The template the rows were scored in (default: the model's first).
     #[arg(long, value_name = "ID")]
