@@ -8,9 +8,11 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::SignificanceCell;
+use crate::likelihood::BlindAuroc;
+use crate::likelihood::blind::ORIGINAL_VS_PERTURBED;
 use crate::probe::chance::{Chance, STRICT_CHANCE_THRESHOLD};
 use crate::probe::{NO_SERIALIZATION, TestId, TestKind};
-use crate::store::{CellRow, OWN_SOURCE, TrialRow};
+use crate::store::{BlindBaselineRow, CellRow, OWN_SOURCE, TrialRow};
 
 /// How cells of tests 1–9 count in scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -85,6 +87,17 @@ pub struct EvidenceCell {
     /// The verdict with its evidence, e.g. `passed (2 of 2 passing trials are echoes)`.
     pub summary: String,
     pub skipped: Option<String>,
+    /// Membership cells (test 10): the blind baseline of the original and perturbed rows
+    /// the test draws (a model-free classifier's AUROC, issue 26 item 2), its bootstrap
+    /// interval, and whether the cell's accuracy does not exceed the interval's upper end
+    /// or 0.5 ([`crate::likelihood::BlindAuroc::not_exceeded_by`]). Absent for other tests and
+    /// where no baseline was computed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blind_auroc: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blind_auroc_interval: Option<[f64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_better_than_blind: Option<bool>,
 }
 
 /// Minimum passing trials of a sample under the test's rule (tests 1–9).
@@ -220,14 +233,35 @@ pub fn fdr_cells(cells: &[CellRow], significance: &[SignificanceCell]) -> Vec<Ce
         .collect()
 }
 
-/// The evidence of every cell of ours, in (model, dataset, test number, serialization) order.
-pub fn evidence(cells: &[CellRow], trials: &[TrialRow]) -> Vec<EvidenceCell> {
+/// The evidence of every cell of ours, in (model, dataset, test number, serialization)
+/// order, membership cells with their blind baselines (from `blind`).
+pub fn evidence(
+    cells: &[CellRow],
+    trials: &[TrialRow],
+    blind: &[BlindBaselineRow],
+) -> Vec<EvidenceCell> {
     let passes = non_echo_passes(trials);
+    let membership_blind: HashMap<(&str, &str, u64), &BlindAuroc> = blind
+        .iter()
+        .filter(|b| b.group_pair == ORIGINAL_VS_PERTURBED)
+        .map(|b| {
+            (
+                (b.dataset.as_str(), b.serialization.as_str(), b.seed),
+                &b.stats,
+            )
+        })
+        .collect();
     let mut rows: Vec<EvidenceCell> = cells
         .iter()
         .filter(|c| c.source == OWN_SOURCE)
         .map(|c| {
             let strict_passed = strict_verdict(c, &passes);
+            let blind = match (c.test, &c.serialization) {
+                (TestId::Membership, Some(serialization)) if c.result.trials > 0 => {
+                    membership_blind.get(&(c.dataset.as_str(), serialization.as_str(), c.seed))
+                }
+                _ => None,
+            };
             EvidenceCell {
                 model: c.model.clone(),
                 dataset: c.dataset.clone(),
@@ -244,6 +278,9 @@ pub fn evidence(cells: &[CellRow], trials: &[TrialRow]) -> Vec<EvidenceCell> {
                 chance_basis: c.chance.as_ref().map(|ch| ch.basis.clone()),
                 summary: summary(c),
                 skipped: c.skipped.clone(),
+                blind_auroc: blind.map(|b| b.auroc),
+                blind_auroc_interval: blind.map(|b| [b.auroc_low, b.auroc_high]),
+                no_better_than_blind: blind.map(|b| b.not_exceeded_by(c.result.score)),
             }
         })
         .collect();
@@ -486,6 +523,61 @@ mod tests {
         assert_eq!(fdr[4], cells[4]);
         assert_eq!(Scoring::parse("fdr"), Some(Scoring::Fdr));
         assert!(Scoring::Fdr.rule().contains("tests 1–6 always"));
+    }
+
+    /// Issue 26 item 2: a membership cell carries the blind baseline of its (dataset,
+    /// template, seed) rows, flagged when its accuracy does not exceed the upper end;
+    /// other tests, seeds and group pairs get nothing.
+    #[test]
+    fn membership_cells_carry_their_blind_baseline() {
+        let membership = |seed: u64, accuracy: f64| {
+            let mut c = cell(TestId::Membership, 0, Some(0.5));
+            c.seed = seed;
+            c.result.trials = 100;
+            c.result.score = accuracy;
+            c
+        };
+        let baseline = |seed: u64, group_pair: &str| BlindBaselineRow {
+            dataset: "iris".into(),
+            serialization: "the-is".into(),
+            seed,
+            group_pair: group_pair.into(),
+            stats: BlindAuroc {
+                positives: 100,
+                negatives: 100,
+                auroc: 0.55,
+                auroc_low: 0.47,
+                auroc_high: 0.63,
+            },
+            run_id: None,
+        };
+        let cells = [
+            membership(0, 0.6),
+            membership(1, 0.7),
+            membership(2, 0.7),
+            cell(TestId::FeatureListInformed, 1, Some(0.1)),
+        ];
+        let blind = [
+            baseline(0, ORIGINAL_VS_PERTURBED),
+            baseline(1, ORIGINAL_VS_PERTURBED),
+            baseline(2, "trained-vs-held-out:m"),
+            baseline(0, "trained-vs-held-out:m"),
+        ];
+        let rows = evidence(&cells, &[], &blind);
+        let low = rows.iter().find(|r| r.score == 0.6).unwrap();
+        assert_eq!(low.blind_auroc, Some(0.55));
+        assert_eq!(low.blind_auroc_interval, Some([0.47, 0.63]));
+        assert_eq!(low.no_better_than_blind, Some(true));
+        let seeds: Vec<Option<bool>> = rows
+            .iter()
+            .filter(|r| r.score == 0.7)
+            .map(|r| r.no_better_than_blind)
+            .collect();
+        // Seed 1 beats its baseline; seed 2 has only a ground-truth pair, not its own.
+        assert_eq!(seeds.len(), 2);
+        assert!(seeds.contains(&Some(false)) && seeds.contains(&None));
+        let other = rows.iter().find(|r| r.test != "membership").unwrap();
+        assert_eq!(other.blind_auroc, None);
     }
 
     /// A Monte Carlo cell whose guessed lines never passed shows the bound its draws vouch

@@ -6,6 +6,8 @@
 //! Architecture Invariant: pure. The log-probabilities come in as plain data
 //! ([`TokenLogprobs`]); fetching them (local engine, servers) and caching them live elsewhere.
 
+pub mod blind;
+mod logistic;
 pub mod roc;
 pub mod row_order;
 
@@ -14,6 +16,7 @@ use std::io::Write;
 use serde::Serialize;
 
 pub use crate::request::TokenLogprobs;
+pub use blind::BlindAuroc;
 pub use roc::{DetectorStats, bootstrap_stats};
 
 /// Share of the lowest-scoring tokens averaged by Min-K% and Min-K%++ (SPEC §8: k = 20 %).
