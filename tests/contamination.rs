@@ -334,11 +334,27 @@ fn likelihood_detectors_tell_rows_trained_on_from_held_out_rows() {
             .unwrap_or_else(|| panic!("no ground-truth cell for {detector:?}: {cells:?}"));
         let stats = cell.stats.as_ref().expect("an AUROC");
         assert_eq!((stats.positives, stats.negatives), (5, 2), "{detector:?}");
+        // Issue 26 item 2: the blind baseline of the same rows trained on and held out.
+        let blind = cell.blind.expect("a blind baseline");
+        assert_eq!((blind.positives, blind.negatives), (5, 2), "{detector:?}");
+        assert!(blind.auroc_low <= blind.auroc && blind.auroc <= blind.auroc_high);
         eprintln!(
-            "{detector:?}: AUROC {:.3} [{:.3}, {:.3}] on rows trained on vs held out",
-            stats.auroc, stats.auroc_low, stats.auroc_high
+            "{detector:?}: AUROC {:.3} [{:.3}, {:.3}] on rows trained on vs held out; blind {:.3} [{:.3}, {:.3}]",
+            stats.auroc,
+            stats.auroc_low,
+            stats.auroc_high,
+            blind.auroc,
+            blind.auroc_low,
+            blind.auroc_high
         );
     }
+    // One baseline per group pair: the four ground-truth cells share theirs, the cells of
+    // originals against perturbed copies (100 each) another.
+    let truth = |c: &&tabcontam::store::LikelihoodCellRow| c.test.ends_with("/trained-vs-held-out");
+    let of_truth: Vec<_> = cells.iter().filter(truth).map(|c| c.blind).collect();
+    assert!(of_truth.windows(2).all(|w| w[0] == w[1]));
+    let perturbed = cells.iter().find(|c| !truth(c)).unwrap().blind.unwrap();
+    assert_eq!((perturbed.positives, perturbed.negatives), (100, 100));
     let perplexity = cells
         .iter()
         .find(|c| c.test == tabcontam::likelihood::Detector::Perplexity.ground_truth_id())

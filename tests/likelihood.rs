@@ -199,7 +199,7 @@ fn print_cells(store: &Store) {
     for cell in store.likelihood_cells().unwrap() {
         match &cell.stats {
             Some(s) => eprintln!(
-                "{} {} {} {}: AUROC {:.3} [{:.3}, {:.3}], TPR@5%FPR {:.3}, p {:.4} ({})",
+                "{} {} {} {}: AUROC {:.3} [{:.3}, {:.3}], TPR@5%FPR {:.3}, p {:.4} ({}); blind {}",
                 cell.model,
                 cell.dataset,
                 cell.serialization,
@@ -209,7 +209,11 @@ fn print_cells(store: &Store) {
                 s.auroc_high,
                 s.tpr_at_5_fpr,
                 s.p_value,
-                cell.method
+                cell.method,
+                cell.blind.map_or("–".into(), |b| format!(
+                    "{:.3} [{:.3}, {:.3}]",
+                    b.auroc, b.auroc_low, b.auroc_high
+                ))
             ),
             None => eprintln!(
                 "{} {} {}: skipped: {}",
@@ -264,6 +268,13 @@ fn in_process_run_scores_iris_once_per_text() {
         assert!((0.0..=1.0).contains(&s.p_value));
         assert_eq!(cell.method, "local");
     }
+    // Issue 26 item 2: every cell carries the blind baseline of its rows, one model-free
+    // figure for the four detectors (the same originals and perturbed copies).
+    let blind = cells[0].blind.unwrap_or_else(|| panic!("{:?}", cells[0]));
+    assert_eq!((blind.positives, blind.negatives), (100, 100));
+    assert!(0.0 <= blind.auroc_low && blind.auroc_low <= blind.auroc);
+    assert!(blind.auroc <= blind.auroc_high && blind.auroc_high <= 1.0);
+    assert!(cells.iter().all(|c| c.blind == Some(blind)), "{cells:?}");
     // The reports: scores.json's `likelihood` block, the HTML section with its figures,
     // and a LaTeX report that compiles.
     let analysis = tabcontam::analyze::analyze_store(
@@ -293,14 +304,37 @@ fn in_process_run_scores_iris_once_per_text() {
         let interval = entry["auroc_interval"].as_array().unwrap();
         assert!(interval[0].as_f64().unwrap() <= auroc && auroc <= interval[1].as_f64().unwrap());
         assert!(entry["p"].as_f64().is_some() && entry["tpr_at_5_fpr"].as_f64().is_some());
+        assert_eq!(entry["blind_auroc"].as_f64(), Some(blind.auroc));
+        let blind_interval = entry["blind_auroc_interval"].as_array().unwrap();
+        assert_eq!(blind_interval[0].as_f64(), Some(blind.auroc_low));
+        assert_eq!(blind_interval[1].as_f64(), Some(blind.auroc_high));
+        assert_eq!(
+            entry["no_better_than_blind"].as_bool(),
+            Some(auroc <= blind.auroc_high.max(0.5))
+        );
     }
     let html = file("report.html");
     assert!(html.contains("id=\"likelihood\""));
+    assert!(html.contains("<th>Blind AUROC [95 % CI]</th>"));
+    assert_eq!(
+        html.matches(&format!(
+            "<td>{:.3} [{:.3}, {:.3}]</td>",
+            blind.auroc, blind.auroc_low, blind.auroc_high
+        ))
+        .count(),
+        4
+    );
+    let flagged = cells
+        .iter()
+        .filter(|c| blind.not_exceeded_by(c.stats.as_ref().unwrap().auroc))
+        .count();
+    assert_eq!(html.matches(" †</td>").count(), flagged);
     // One ROC figure (iris, the-is) and one heatmap per detector.
     assert_eq!(html.matches("ROC curves: smollm2").count(), 1);
     assert_eq!(html.matches("AUROC of ").count(), 4);
     let tex = file("report.tex");
     assert!(tex.contains("\\section{Likelihood detectors}") && tex.contains("\\addplot"));
+    assert!(tex.contains("Blind AUROC"));
     if let Some(pdflatex) = skip::require(
         std::process::Command::new("pdflatex")
             .arg("--version")
@@ -337,9 +371,15 @@ fn in_process_run_scores_iris_once_per_text() {
         .likelihood_cells()
         .unwrap()
         .into_iter()
-        .map(|c| c.stats)
+        .map(|c| (c.stats, c.blind))
         .collect();
-    assert_eq!(same, cells.into_iter().map(|c| c.stats).collect::<Vec<_>>());
+    assert_eq!(
+        same,
+        cells
+            .into_iter()
+            .map(|c| (c.stats, c.blind))
+            .collect::<Vec<_>>()
+    );
 }
 
 #[test]

@@ -85,6 +85,7 @@ fn build_cache(env: &Env) {
                     roc: vec![(0.0, 0.0), (0.5, 0.9), (1.0, 1.0)],
                 }),
                 skipped: None,
+                blind: None,
                 run_id: None,
             }],
         )

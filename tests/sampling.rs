@@ -198,6 +198,36 @@ fn samples_send_their_own_seeds_are_judged_one_by_one_and_reruns_keep_only_curre
     assert!(table2.contains("Per sample") && table2.contains("Repeated sampling"));
     let tex = std::fs::read_to_string(dir.join("report.tex")).unwrap();
     assert!(tex.contains("Detection rate per sample") && tex.contains(" & 2/5"));
+    // Issue 26 item 2: the membership cell beside the blind baseline of its rows (the
+    // original rows and perturbed copies a model-free classifier tells apart).
+    let membership = scores["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["test"] == "membership")
+        .unwrap();
+    let blind = membership["blind_auroc"].as_f64().unwrap();
+    let [low, high] = [0, 1].map(|i| membership["blind_auroc_interval"][i].as_f64().unwrap());
+    eprintln!(
+        "iris membership: accuracy {}, blind AUROC {blind:.3} [{low:.3}, {high:.3}]",
+        membership["score"]
+    );
+    assert!(0.0 <= low && low <= blind && blind <= high && high <= 1.0);
+    assert_eq!(
+        membership["no_better_than_blind"].as_bool(),
+        Some(membership["score"].as_f64().unwrap() <= high.max(0.5))
+    );
+    assert!(
+        scores["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["test"] != "membership")
+            .all(|e| e.get("blind_auroc").is_none())
+    );
+    assert!(html.contains("Membership (test 10) against the blind baseline"));
+    assert!(html.contains(&format!("<td>{blind:.3} [{low:.3}, {high:.3}]</td>")));
+    assert!(tex.contains("Membership (test 10) against the blind baseline"));
     let grid_csv = csv_rows(&dir.join("grid.csv"));
     let row = grid_csv
         .iter()

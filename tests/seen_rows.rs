@@ -117,7 +117,11 @@ datasets = ["iris"]
     let inference = &judged["dataset_inference"];
     assert_eq!(inference["suspect_rows"], 50, "{inference}");
     assert_eq!(inference["held_out_rows"], 100, "{inference}");
-    assert_eq!(inference["weights"].as_array().unwrap().len(), 4, "{inference}");
+    assert_eq!(
+        inference["weights"].as_array().unwrap().len(),
+        4,
+        "{inference}"
+    );
     let p = inference["p_value"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&p) && inference["t"].as_f64().unwrap().is_finite());
     // The export holds every row.

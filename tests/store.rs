@@ -1,6 +1,7 @@
 //! The SQLite store on real files: cache round trips, migrations, refusing files that are
 //! not caches, read-only use, concurrent writers (threads and processes), durability,
-//! bulk lookup speed, and that secrets never reach the file.
+//! bulk lookup speed, that secrets never reach the file, and the blind baselines through
+//! an upgrade and a merge.
 
 #[path = "support/tiny_llama.rs"]
 mod tiny_llama;
@@ -9,13 +10,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tabcontam::decide::{Alg2Scope, Cell, Word};
+use tabcontam::likelihood::blind::ORIGINAL_VS_PERTURBED;
+use tabcontam::likelihood::{BlindAuroc, bootstrap_stats};
 use tabcontam::llm::{
     ApiMode, BackendKind, GenerationParams, ModelIdentity, Request, RequestKey, Response,
 };
 use tabcontam::probe::{CellResult, Expected, TestId, TrialVerdict};
 use tabcontam::store::{
-    CellRow, DatasetRow, ModelRow, OWN_SOURCE, RunCounts, RunStatus, SCHEMA_VERSION, Store,
-    StoreError, TrialRow,
+    BlindBaselineRow, CellRow, DatasetRow, LikelihoodCellRow, ModelRow, OWN_SOURCE, RunCounts,
+    RunStatus, SCHEMA_VERSION, Store, StoreError, TrialRow,
 };
 
 fn identity(model: &str) -> ModelIdentity {
@@ -1333,6 +1336,7 @@ fn served_versions_round_trip_and_older_answers_stay_unknown() {
         "ALTER TABLE responses DROP COLUMN served_model;
          ALTER TABLE responses DROP COLUMN served_fingerprint;
          DROP TABLE row_order_cells;
+         DROP TABLE blind_baselines;
          DELETE FROM schema_migrations WHERE version >= 9;",
     )
     .unwrap();
@@ -1394,7 +1398,176 @@ fn back_to_schema_7(conn: &rusqlite::Connection) {
         "DELETE FROM schema_migrations WHERE version >= 8;
          ALTER TABLE responses DROP COLUMN served_model;
          ALTER TABLE responses DROP COLUMN served_fingerprint;
-         DROP TABLE row_order_cells;",
+         DROP TABLE row_order_cells;
+         DROP TABLE blind_baselines;",
     )
     .unwrap();
+}
+
+fn blind(auroc: f64) -> BlindAuroc {
+    BlindAuroc {
+        positives: 100,
+        negatives: 100,
+        auroc,
+        auroc_low: auroc - 0.08,
+        auroc_high: auroc + 0.08,
+    }
+}
+
+fn likelihood_cell(model: &str, test: &str, blind: Option<BlindAuroc>) -> LikelihoodCellRow {
+    LikelihoodCellRow {
+        model: model.into(),
+        dataset: "iris".into(),
+        test: test.into(),
+        serialization: "the-is".into(),
+        seed: 0,
+        method: "local".into(),
+        stats: bootstrap_stats(&[0.3, 0.9, 0.8], &[0.1, 0.5, 0.2], 20, 1),
+        skipped: None,
+        blind,
+        run_id: None,
+    }
+}
+
+fn baseline(dataset: &str, group_pair: &str, stats: BlindAuroc) -> BlindBaselineRow {
+    BlindBaselineRow {
+        dataset: dataset.into(),
+        serialization: "the-is".into(),
+        seed: 0,
+        group_pair: group_pair.into(),
+        stats,
+        run_id: None,
+    }
+}
+
+/// The blind AUROC of each cell's group pair (issue 26 item 2).
+fn blind_of(store: &Store) -> Vec<(String, String, Option<f64>)> {
+    store
+        .likelihood_cells()
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.model, c.test, c.blind.map(|b| b.auroc)))
+        .collect()
+}
+
+/// Issue 26 item 2: the blind baselines (migration 11) are kept once per group pair and
+/// read back with every cell of that pair, whichever model's; a cache of schema 10 opens,
+/// keeps its cells and shows no baseline; `cache merge` carries them, the run that started
+/// last winning as for cells.
+#[test]
+fn blind_baselines_round_trip_survive_the_upgrade_and_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("a.sqlite"), dir.path().join("b.sqlite"));
+    let truth = "likelihood-min-k/trained-vs-held-out";
+    {
+        let mut store = Store::open(&first).unwrap();
+        let run = store.begin_run("a", "").unwrap();
+        store
+            .put_likelihood_cells(
+                run,
+                &[
+                    likelihood_cell("m", "likelihood-min-k", Some(blind(0.55))),
+                    likelihood_cell("ckpt", truth, Some(blind(0.9))),
+                ],
+            )
+            .unwrap();
+        // A membership-only baseline, and another model's cell of the same pair.
+        store
+            .put_blind_baselines(run, &[baseline("wine", ORIGINAL_VS_PERTURBED, blind(0.7))])
+            .unwrap();
+        store
+            .put_likelihood_cells(run, &[likelihood_cell("other", "likelihood-zlib", None)])
+            .unwrap();
+        store
+            .finish_run(run, RunStatus::Finished, &RunCounts::default())
+            .unwrap();
+        assert_eq!(
+            blind_of(&store),
+            [
+                ("ckpt".into(), truth.into(), Some(0.9)),
+                ("m".into(), "likelihood-min-k".into(), Some(0.55)),
+                ("other".into(), "likelihood-zlib".into(), Some(0.55)),
+            ]
+        );
+        let pairs: Vec<(String, String)> = store
+            .blind_baselines()
+            .unwrap()
+            .into_iter()
+            .map(|b| (b.dataset, b.group_pair))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("iris".into(), ORIGINAL_VS_PERTURBED.into()),
+                ("iris".into(), "trained-vs-held-out:ckpt".into()),
+                ("wine".into(), ORIGINAL_VS_PERTURBED.into()),
+            ]
+        );
+    }
+
+    let earlier = dir.path().join("earlier.sqlite");
+    std::fs::copy(&first, &earlier).unwrap();
+    // A cache of schema 10: no table, migration 11 not applied.
+    let old = dir.path().join("old.sqlite");
+    std::fs::copy(&first, &old).unwrap();
+    rusqlite::Connection::open(&old)
+        .unwrap()
+        .execute_batch(
+            "DROP TABLE blind_baselines; DELETE FROM schema_migrations WHERE version >= 11;",
+        )
+        .unwrap();
+    let upgraded = Store::open(&old).unwrap();
+    assert_eq!(upgraded.schema_version().unwrap(), SCHEMA_VERSION);
+    assert!(blind_of(&upgraded).iter().all(|(_, _, b)| b.is_none()));
+    assert_eq!(upgraded.likelihood_cells().unwrap().len(), 3);
+    drop(upgraded);
+
+    // A later run elsewhere computed the iris pair again (another file, say) and a new one.
+    std::thread::sleep(Duration::from_millis(5));
+    {
+        let mut store = Store::open(&second).unwrap();
+        let run = store.begin_run("b", "").unwrap();
+        store
+            .put_blind_baselines(
+                run,
+                &[
+                    baseline("iris", ORIGINAL_VS_PERTURBED, blind(0.6)),
+                    baseline("adult", ORIGINAL_VS_PERTURBED, blind(0.5)),
+                ],
+            )
+            .unwrap();
+        store
+            .finish_run(run, RunStatus::Finished, &RunCounts::default())
+            .unwrap();
+    }
+    let mut target = Store::open(&first).unwrap();
+    target.merge_from(std::slice::from_ref(&second)).unwrap();
+    let merged: Vec<(String, f64)> = target
+        .blind_baselines()
+        .unwrap()
+        .into_iter()
+        .map(|b| (format!("{}/{}", b.dataset, b.group_pair), b.stats.auroc))
+        .collect();
+    assert_eq!(
+        merged,
+        [
+            ("adult/original-vs-perturbed".into(), 0.5),
+            ("iris/original-vs-perturbed".into(), 0.6),
+            ("iris/trained-vs-held-out:ckpt".into(), 0.9),
+            ("wine/original-vs-perturbed".into(), 0.7),
+        ]
+    );
+    assert_eq!(blind_of(&target)[1].2, Some(0.6));
+    // Merging the earlier cache into the later one keeps the later run's figure and takes
+    // the pairs it lacks.
+    drop(target);
+    let mut later = Store::open(&second).unwrap();
+    later.merge_from(&[earlier]).unwrap();
+    let aurocs: Vec<f64> = later
+        .blind_baselines()
+        .unwrap()
+        .into_iter()
+        .map(|b| b.stats.auroc)
+        .collect();
+    assert_eq!(aurocs, [0.5, 0.6, 0.9, 0.7]);
 }

@@ -8,9 +8,11 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::SignificanceCell;
+use crate::likelihood::BlindAuroc;
+use crate::likelihood::blind::ORIGINAL_VS_PERTURBED;
 use crate::probe::chance::{Chance, STRICT_CHANCE_THRESHOLD};
 use crate::probe::{NO_SERIALIZATION, TestId, TestKind};
-use crate::store::{CellRow, OWN_SOURCE, TrialRow};
+use crate::store::{BlindBaselineRow, CellRow, OWN_SOURCE, TrialRow};
 
 /// How cells of tests 1–9 count in scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -85,6 +87,17 @@ pub struct EvidenceCell {
     /// The verdict with its evidence, e.g. `passed (2 of 2 passing trials are echoes)`.
     pub summary: String,
     pub skipped: Option<String>,
+    /// Membership cells (test 10): the blind baseline of the original and perturbed rows
+    /// the test draws (a model-free classifier's AUROC, issue 26 item 2), its bootstrap
+    /// interval, and whether the cell's accuracy does not exceed the interval's upper end
+    /// or 0.5 ([`crate::likelihood::BlindAuroc::not_exceeded_by`]). Absent for other tests and
+    /// where no baseline was computed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blind_auroc: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blind_auroc_interval: Option<[f64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_better_than_blind: Option<bool>,
 }
 
 /// Minimum passing trials of a sample under the test's rule (tests 1–9).
@@ -220,14 +233,35 @@ pub fn fdr_cells(cells: &[CellRow], significance: &[SignificanceCell]) -> Vec<Ce
         .collect()
 }
 
-/// The evidence of every cell of ours, in (model, dataset, test number, serialization) order.
-pub fn evidence(cells: &[CellRow], trials: &[TrialRow]) -> Vec<EvidenceCell> {
+/// The evidence of every cell of ours, in (model, dataset, test number, serialization)
+/// order, membership cells with their blind baselines (from `blind`).
+pub fn evidence(
+    cells: &[CellRow],
+    trials: &[TrialRow],
+    blind: &[BlindBaselineRow],
+) -> Vec<EvidenceCell> {
     let passes = non_echo_passes(trials);
+    let membership_blind: HashMap<(&str, &str, u64), &BlindAuroc> = blind
+        .iter()
+        .filter(|b| b.group_pair == ORIGINAL_VS_PERTURBED)
+        .map(|b| {
+            (
+                (b.dataset.as_str(), b.serialization.as_str(), b.seed),
+                &b.stats,
+            )
+        })
+        .collect();
     let mut rows: Vec<EvidenceCell> = cells
         .iter()
         .filter(|c| c.source == OWN_SOURCE)
         .map(|c| {
             let strict_passed = strict_verdict(c, &passes);
+            let blind = match (c.test, &c.serialization) {
+                (TestId::Membership, Some(serialization)) if c.result.trials > 0 => {
+                    membership_blind.get(&(c.dataset.as_str(), serialization.as_str(), c.seed))
+                }
+                _ => None,
+            };
             EvidenceCell {
                 model: c.model.clone(),
                 dataset: c.dataset.clone(),
@@ -244,6 +278,9 @@ pub fn evidence(cells: &[CellRow], trials: &[TrialRow]) -> Vec<EvidenceCell> {
                 chance_basis: c.chance.as_ref().map(|ch| ch.basis.clone()),
                 summary: summary(c),
                 skipped: c.skipped.clone(),
+                blind_auroc: blind.map(|b| b.auroc),
+                blind_auroc_interval: blind.map(|b| [b.auroc_low, b.auroc_high]),
+                no_better_than_blind: blind.map(|b| b.not_exceeded_by(c.result.score)),
             }
         })
         .collect();
@@ -317,12 +354,16 @@ pub fn format_probability(p: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::probe::{CellResult, Expected, TrialVerdict};
     use crate::request::RequestKey;
 
-    fn cell(test: TestId, passed_trials: usize, chance: Option<f64>) -> CellRow {
+    pub(in crate::analyze) fn cell(
+        test: TestId,
+        passed_trials: usize,
+        chance: Option<f64>,
+    ) -> CellRow {
         let result = CellResult {
             passed: passed_trials > 0,
             score: f64::from(u8::from(passed_trials > 0)),
@@ -488,90 +529,59 @@ mod tests {
         assert!(Scoring::Fdr.rule().contains("tests 1–6 always"));
     }
 
-    /// Likelihood and row-order cells join the family with their own p-values; skipped ones
-    /// stay out. Reference: scipy.stats.false_discovery_control([0.001, 0.03, 0.04],
-    /// method="bh") = [0.003, 0.04, 0.04]; Holm for model m (by hand): [0.003, 0.06, 0.06].
+    /// Issue 26 item 2: a membership cell carries the blind baseline of its (dataset,
+    /// template, seed) rows, flagged when its accuracy does not exceed the upper end;
+    /// other tests, seeds and group pairs get nothing.
     #[test]
-    fn likelihood_and_row_order_cells_share_the_reports_family() {
-        use crate::likelihood::DetectorStats;
-        use crate::likelihood::row_order::RowOrderStats;
-        use crate::store::{LikelihoodCellRow, RowOrderCellRow};
-        let detector = |p_value: f64| DetectorStats {
-            positives: 100,
-            negatives: 100,
-            auroc: 0.7,
-            auroc_low: 0.6,
-            auroc_high: 0.8,
-            tpr_at_5_fpr: 0.2,
-            tpr_low: 0.1,
-            tpr_high: 0.3,
-            p_value,
-            roc: Vec::new(),
+    fn membership_cells_carry_their_blind_baseline() {
+        let membership = |seed: u64, accuracy: f64| {
+            let mut c = cell(TestId::Membership, 0, Some(0.5));
+            c.seed = seed;
+            c.result.trials = 100;
+            c.result.score = accuracy;
+            c
         };
-        let likelihood_cell = |test: &str, stats: Option<DetectorStats>| LikelihoodCellRow {
-            model: "m".into(),
+        let baseline = |seed: u64, group_pair: &str| BlindBaselineRow {
             dataset: "iris".into(),
-            test: test.into(),
             serialization: "the-is".into(),
-            seed: 0,
-            method: "local".into(),
-            skipped: stats.is_none().then(|| "no log-probabilities".into()),
-            stats,
+            seed,
+            group_pair: group_pair.into(),
+            stats: BlindAuroc {
+                positives: 100,
+                negatives: 100,
+                auroc: 0.55,
+                auroc_low: 0.47,
+                auroc_high: 0.63,
+            },
             run_id: None,
         };
-        let likelihood = [
-            likelihood_cell("likelihood-zlib", Some(detector(0.03))),
-            likelihood_cell("likelihood-min-k", None),
+        let cells = [
+            membership(0, 0.6),
+            membership(1, 0.7),
+            membership(2, 0.7),
+            cell(TestId::FeatureListInformed, 1, Some(0.1)),
         ];
-        let row_order = [RowOrderCellRow {
-            model: "m".into(),
-            dataset: "iris".into(),
-            seed: 0,
-            method: "local".into(),
-            blocked_by: vec!["species".into()],
-            stats: Some(RowOrderStats {
-                shards: 3,
-                permutations: 19,
-                ranks: vec![19, 19, 12],
-                rank_sum: 50,
-                p_value: 0.001,
-                mean_gap_nats: 2.5,
-            }),
-            skipped: None,
-            run_id: None,
-        }];
-        let cells = [cell(TestId::FullCompletion, 1, Some(0.04))];
-        let rows = crate::analyze::significance(&cells, &likelihood, &row_order);
-        let got: Vec<(&str, u8, &str, f64, u64, u64)> = rows
+        let blind = [
+            baseline(0, ORIGINAL_VS_PERTURBED),
+            baseline(1, ORIGINAL_VS_PERTURBED),
+            baseline(2, "trained-vs-held-out:m"),
+            baseline(0, "trained-vs-held-out:m"),
+        ];
+        let rows = evidence(&cells, &[], &blind);
+        let low = rows.iter().find(|r| r.score == 0.6).unwrap();
+        assert_eq!(low.blind_auroc, Some(0.55));
+        assert_eq!(low.blind_auroc_interval, Some([0.47, 0.63]));
+        assert_eq!(low.no_better_than_blind, Some(true));
+        let seeds: Vec<Option<bool>> = rows
             .iter()
-            .map(|r| {
-                (
-                    r.test.as_str(),
-                    r.number,
-                    r.family,
-                    r.p_value,
-                    r.passed_trials,
-                    r.trials,
-                )
-            })
+            .filter(|r| r.score == 0.7)
+            .map(|r| r.no_better_than_blind)
             .collect();
-        assert_eq!(
-            got,
-            [
-                ("likelihood-zlib", 0, "likelihood", 0.03, 100, 200),
-                ("full-completion", 8, "paper", 0.04, 1, 5),
-                ("row-order", 17, "row-order", 0.001, 2, 3),
-            ]
-        );
-        for (row, (q, holm)) in rows
-            .iter()
-            .zip([(0.04, 0.06), (0.04, 0.06), (0.003, 0.003)])
-        {
-            assert!((row.q_value - q).abs() < 1e-12, "{row:?}");
-            assert!((row.p_holm - holm).abs() < 1e-12, "{row:?}");
-        }
-        assert!(rows[0].passed && rows[2].passed);
-        assert_eq!((rows[2].chance, rows[2].chance_of), (0.05, "shard"));
+        // Seed 1 beats its baseline; seed 2 has only a ground-truth pair, not its own.
+        assert_eq!(seeds.len(), 2);
+        assert!(seeds.contains(&Some(false)) && seeds.contains(&None));
+        let other = rows.iter().find(|r| r.test != "membership").unwrap();
+        assert_eq!(other.blind_auroc, None);
     }
 
     /// A Monte Carlo cell whose guessed lines never passed shows the bound its draws vouch

@@ -264,7 +264,7 @@ pub fn analyze_store(store: &Store, options: &Options) -> Result<Analysis> {
     let mut analysis = analytics.analyze(options)?;
     analysis.examples = examples(store, &trials, &analysis)?;
     analysis.significance = significance;
-    analysis.evidence = evidence::evidence(&cells, &trials);
+    analysis.evidence = evidence::evidence(&cells, &trials, &store.blind_baselines()?);
     analysis.calibration =
         calibration::calibrate(&models, &scored, &trials, &options.primary_serialization);
     if options.explorer_trials > 0 {

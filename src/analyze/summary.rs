@@ -380,3 +380,96 @@ pub(super) fn test_info(test: TestId) -> TestInfo {
         name: name.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::evidence::tests::cell;
+    use crate::probe::TestId;
+
+    /// Likelihood and row-order cells join the family with their own p-values; skipped ones
+    /// stay out. Reference: scipy.stats.false_discovery_control([0.001, 0.03, 0.04],
+    /// method="bh") = [0.003, 0.04, 0.04]; Holm for model m (by hand): [0.003, 0.06, 0.06].
+    #[test]
+    fn likelihood_and_row_order_cells_share_the_reports_family() {
+        use crate::likelihood::DetectorStats;
+        use crate::likelihood::row_order::RowOrderStats;
+        use crate::store::{LikelihoodCellRow, RowOrderCellRow};
+        let detector = |p_value: f64| DetectorStats {
+            positives: 100,
+            negatives: 100,
+            auroc: 0.7,
+            auroc_low: 0.6,
+            auroc_high: 0.8,
+            tpr_at_5_fpr: 0.2,
+            tpr_low: 0.1,
+            tpr_high: 0.3,
+            p_value,
+            roc: Vec::new(),
+        };
+        let likelihood_cell = |test: &str, stats: Option<DetectorStats>| LikelihoodCellRow {
+            model: "m".into(),
+            dataset: "iris".into(),
+            test: test.into(),
+            serialization: "the-is".into(),
+            seed: 0,
+            method: "local".into(),
+            skipped: stats.is_none().then(|| "no log-probabilities".into()),
+            stats,
+            blind: None,
+            run_id: None,
+        };
+        let likelihood = [
+            likelihood_cell("likelihood-zlib", Some(detector(0.03))),
+            likelihood_cell("likelihood-min-k", None),
+        ];
+        let row_order = [RowOrderCellRow {
+            model: "m".into(),
+            dataset: "iris".into(),
+            seed: 0,
+            method: "local".into(),
+            blocked_by: vec!["species".into()],
+            stats: Some(RowOrderStats {
+                shards: 3,
+                permutations: 19,
+                ranks: vec![19, 19, 12],
+                rank_sum: 50,
+                p_value: 0.001,
+                mean_gap_nats: 2.5,
+            }),
+            skipped: None,
+            run_id: None,
+        }];
+        let cells = [cell(TestId::FullCompletion, 1, Some(0.04))];
+        let rows = crate::analyze::significance(&cells, &likelihood, &row_order);
+        let got: Vec<(&str, u8, &str, f64, u64, u64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.test.as_str(),
+                    r.number,
+                    r.family,
+                    r.p_value,
+                    r.passed_trials,
+                    r.trials,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("likelihood-zlib", 0, "likelihood", 0.03, 100, 200),
+                ("full-completion", 8, "paper", 0.04, 1, 5),
+                ("row-order", 17, "row-order", 0.001, 2, 3),
+            ]
+        );
+        for (row, (q, holm)) in rows
+            .iter()
+            .zip([(0.04, 0.06), (0.04, 0.06), (0.003, 0.003)])
+        {
+            assert!((row.q_value - q).abs() < 1e-12, "{row:?}");
+            assert!((row.p_holm - holm).abs() < 1e-12, "{row:?}");
+        }
+        assert!(rows[0].passed && rows[2].passed);
+        assert_eq!((rows[2].chance, rows[2].chance_of), (0.05, "shard"));
+    }
+}

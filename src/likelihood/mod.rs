@@ -6,7 +6,9 @@
 //! Architecture Invariant: pure. The log-probabilities come in as plain data
 //! ([`TokenLogprobs`]); fetching them (local engine, servers) and caching them live elsewhere.
 
+pub mod blind;
 pub mod dataset_inference;
+mod logistic;
 pub mod roc;
 pub mod row_order;
 pub mod seen_rows;
@@ -16,6 +18,7 @@ use std::io::Write;
 use serde::Serialize;
 
 pub use crate::request::TokenLogprobs;
+pub use blind::BlindAuroc;
 pub use roc::{DetectorStats, bootstrap_stats};
 
 /// Share of the lowest-scoring tokens averaged by Min-K% and Min-K%++ (SPEC §8: k = 20 %).

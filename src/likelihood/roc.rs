@@ -101,10 +101,10 @@ pub struct DetectorStats {
 
 /// splitmix64: a fixed, dependency-free generator, so intervals never change with a crate
 /// version.
-struct SplitMix(u64);
+pub(super) struct SplitMix(pub(super) u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -113,7 +113,7 @@ impl SplitMix {
     }
 
     /// Uniform in `0..n` (multiply-shift; the bias is below 2⁻⁵⁰ for our sizes).
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         ((self.next() as u128 * n as u128) >> 64) as usize
     }
 }
@@ -121,6 +121,17 @@ impl SplitMix {
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     let index = ((sorted.len() - 1) as f64 * q).round() as usize;
     sorted[index]
+}
+
+/// The bootstrap 95 % percentile interval of resampled `values` (sorted here): their 2.5 %
+/// and 97.5 % percentiles, or `(point, point)` when there are none (no resample asked).
+fn percentile_interval(values: &mut [f64], point: f64) -> (f64, f64) {
+    values.sort_by(f64::total_cmp);
+    if values.is_empty() {
+        (point, point)
+    } else {
+        (percentile(values, 0.025), percentile(values, 0.975))
+    }
 }
 
 /// AUROC, TPR at 5 % FPR, their bootstrap 95 % intervals (`resamples` stratified resamples:
@@ -135,31 +146,15 @@ pub fn bootstrap_stats(
 ) -> Option<DetectorStats> {
     let auroc_value = auroc(positives, negatives)?;
     let tpr_value = tpr_at_fpr(positives, negatives, TARGET_FPR)?;
-    let mut rng = SplitMix(seed);
     let mut aurocs = Vec::with_capacity(resamples);
     let mut tprs = Vec::with_capacity(resamples);
-    let (mut pos, mut neg) = (vec![0.0; positives.len()], vec![0.0; negatives.len()]);
-    for _ in 0..resamples {
-        for slot in pos.iter_mut() {
-            *slot = positives[rng.below(positives.len())];
-        }
-        for slot in neg.iter_mut() {
-            *slot = negatives[rng.below(negatives.len())];
-        }
-        aurocs.push(auroc(&pos, &neg)?);
-        tprs.push(tpr_at_fpr(&pos, &neg, TARGET_FPR)?);
-    }
-    aurocs.sort_by(f64::total_cmp);
-    tprs.sort_by(f64::total_cmp);
-    let interval = |sorted: &[f64], point: f64| {
-        if sorted.is_empty() {
-            (point, point)
-        } else {
-            (percentile(sorted, 0.025), percentile(sorted, 0.975))
-        }
-    };
-    let (auroc_low, auroc_high) = interval(&aurocs, auroc_value);
-    let (tpr_low, tpr_high) = interval(&tprs, tpr_value);
+    for_each_resample(positives, negatives, resamples, seed, |pos, neg| {
+        aurocs.push(auroc(pos, neg)?);
+        tprs.push(tpr_at_fpr(pos, neg, TARGET_FPR)?);
+        Some(())
+    })?;
+    let (auroc_low, auroc_high) = percentile_interval(&mut aurocs, auroc_value);
+    let (tpr_low, tpr_high) = percentile_interval(&mut tprs, tpr_value);
     Some(DetectorStats {
         positives: positives.len(),
         negatives: negatives.len(),
@@ -172,6 +167,48 @@ pub fn bootstrap_stats(
         p_value: permutation_p_value(positives, negatives, PERMUTATIONS, seed)?,
         roc: roc_curve(positives, negatives),
     })
+}
+
+/// The bootstrap 95 % percentile interval of the AUROC alone: the resamples
+/// [`bootstrap_stats`] draws for `seed` (so its interval), without the TPR and the
+/// permutation p-value. `None` when a class is empty.
+pub fn auroc_interval(
+    positives: &[f64],
+    negatives: &[f64],
+    resamples: usize,
+    seed: u64,
+) -> Option<(f64, f64)> {
+    let point = auroc(positives, negatives)?;
+    let mut aurocs = Vec::with_capacity(resamples);
+    for_each_resample(positives, negatives, resamples, seed, |pos, neg| {
+        aurocs.push(auroc(pos, neg)?);
+        Some(())
+    })?;
+    Some(percentile_interval(&mut aurocs, point))
+}
+
+/// Draws `resamples` stratified bootstrap resamples from `seed` (positives and negatives
+/// each drawn with replacement, so both classes are always present) and hands each to
+/// `visit`; stops at its first `None`.
+fn for_each_resample(
+    positives: &[f64],
+    negatives: &[f64],
+    resamples: usize,
+    seed: u64,
+    mut visit: impl FnMut(&[f64], &[f64]) -> Option<()>,
+) -> Option<()> {
+    let mut rng = SplitMix(seed);
+    let (mut pos, mut neg) = (vec![0.0; positives.len()], vec![0.0; negatives.len()]);
+    for _ in 0..resamples {
+        for slot in pos.iter_mut() {
+            *slot = positives[rng.below(positives.len())];
+        }
+        for slot in neg.iter_mut() {
+            *slot = negatives[rng.below(negatives.len())];
+        }
+        visit(&pos, &neg)?;
+    }
+    Some(())
 }
 
 /// The one-sided label-permutation p-value of "positives score higher" (AUROC > 0.5): the
@@ -298,6 +335,11 @@ mod tests {
         assert!(a.auroc_low <= a.auroc && a.auroc <= a.auroc_high, "{a:?}");
         assert!(a.tpr_low <= a.tpr_at_5_fpr && a.tpr_at_5_fpr <= a.tpr_high);
         assert!(a.p_value < 0.01, "{a:?}");
+        // The AUROC interval alone comes from the same resamples.
+        assert_eq!(
+            auroc_interval(&pos, &neg, 1000, 42),
+            Some((a.auroc_low, a.auroc_high))
+        );
         // Identical classes: AUROC 0.5 and nothing significant.
         let same = bootstrap_stats(&neg, &neg, 1000, 42).unwrap();
         assert_eq!(same.auroc, 0.5);

@@ -134,6 +134,9 @@ fn draws(ctx: &ProbeContext<'_>) -> Result<Result<Vec<Draw>, String>, ProbeError
 pub struct LabeledRow {
     pub text: String,
     pub original: bool,
+    /// The file row it is, or its perturbed copy was made from (a row and its copies are
+    /// kept together when a classifier is cross-validated on them).
+    pub row: usize,
 }
 
 /// The likelihood detectors' data (SPEC §8): each membership trial's example row and its
@@ -150,10 +153,12 @@ pub fn likelihood_rows(
                     LabeledRow {
                         text: serialize_cells(ctx, &ctx.table().rows[d.example]),
                         original: true,
+                        row: d.example,
                     },
                     LabeledRow {
                         text: serialize_cells(ctx, &d.example_copy),
                         original: false,
+                        row: d.example,
                     },
                 ]
             })

@@ -26,6 +26,47 @@ pub struct LikelihoodRow {
     pub method: String,
     /// Why there is no AUROC (empty otherwise).
     pub note: String,
+    /// The blind baseline's AUROC and interval (`–` when none was computed).
+    pub blind: String,
+    /// The detector's AUROC does not exceed the blind baseline's upper end (or 0.5): the
+    /// templates mark it (†) and say why under the table.
+    pub no_better_than_blind: bool,
+}
+
+/// One membership cell (test 10) beside the blind baseline of its rows.
+pub struct MembershipBlindRow {
+    pub model: String,
+    pub dataset: String,
+    pub serialization: String,
+    pub accuracy: String,
+    pub blind: String,
+    /// The accuracy does not exceed the blind baseline's upper end or 0.5 (marked †).
+    pub no_better_than_blind: bool,
+}
+
+/// The membership cells that have a blind baseline, in the evidence's (model, dataset,
+/// template) order.
+pub fn membership_blind_rows(
+    evidence: &[crate::analyze::evidence::EvidenceCell],
+) -> Vec<MembershipBlindRow> {
+    evidence
+        .iter()
+        .filter_map(|e| {
+            let (auroc, [low, high]) = (e.blind_auroc?, e.blind_auroc_interval?);
+            Some(MembershipBlindRow {
+                model: e.model.clone(),
+                dataset: e.dataset.clone(),
+                serialization: e.serialization.clone().unwrap_or_default(),
+                accuracy: format!("{:.3}", e.score),
+                blind: format_blind(auroc, low, high),
+                no_better_than_blind: e.no_better_than_blind == Some(true),
+            })
+        })
+        .collect()
+}
+
+fn format_blind(auroc: f64, low: f64, high: f64) -> String {
+    format!("{auroc:.3} [{low:.3}, {high:.3}]")
 }
 
 /// One row of test 17's table, `row-order`.
@@ -101,6 +142,9 @@ pub struct AurocHeatmap {
 
 pub struct LikelihoodView {
     pub rows: Vec<LikelihoodRow>,
+    /// Whether any cell has a blind baseline (caches of schema 10 have none: their table
+    /// keeps its columns).
+    pub has_blind: bool,
     pub roc_figures: Vec<RocFigure>,
     pub heatmaps: Vec<AurocHeatmap>,
 }
@@ -159,6 +203,13 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
                 p_value: p,
                 method: c.method.clone(),
                 note: c.skipped.clone().unwrap_or_default(),
+                blind: c.blind.map_or("–".into(), |b| {
+                    format_blind(b.auroc, b.auroc_low, b.auroc_high)
+                }),
+                no_better_than_blind: c
+                    .blind
+                    .zip(c.stats.as_ref())
+                    .is_some_and(|(b, s)| b.not_exceeded_by(s.auroc)),
             }
         })
         .collect();
@@ -240,6 +291,7 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
         .collect();
     Some(LikelihoodView {
         rows,
+        has_blind: cells.iter().any(|c| c.blind.is_some()),
         roc_figures,
         heatmaps,
     })
@@ -459,6 +511,7 @@ mod tests {
             method: "local".into(),
             stats: Some(stats.clone()),
             skipped: None,
+            blind: None,
             run_id: None,
         };
         let view = view(&[
@@ -478,5 +531,37 @@ mod tests {
                 .ends_with("rows trained on vs held out")
         );
         assert_eq!(view.heatmaps.len(), 1);
+        assert!(!view.has_blind);
+        assert!(view.rows.iter().all(|r| r.blind == "–"));
+    }
+
+    /// A detector is marked when its AUROC does not exceed the blind baseline's upper end.
+    #[test]
+    fn detectors_no_better_than_the_blind_baseline_are_marked() {
+        // AUROC 1: every positive above every negative.
+        let stats = crate::likelihood::bootstrap_stats(&[3.0, 4.0], &[1.0, 2.0], 50, 1).unwrap();
+        let cell = |test: &str, high: f64| LikelihoodCellRow {
+            model: "m".into(),
+            dataset: "iris".into(),
+            test: test.into(),
+            serialization: "the-is".into(),
+            seed: 0,
+            method: "local".into(),
+            stats: Some(stats.clone()),
+            skipped: None,
+            blind: Some(crate::likelihood::BlindAuroc {
+                positives: 2,
+                negatives: 2,
+                auroc: high - 0.05,
+                auroc_low: high - 0.1,
+                auroc_high: high,
+            }),
+            run_id: None,
+        };
+        let view = view(&[cell("likelihood-min-k", 0.6), cell("likelihood-zlib", 1.0)]).unwrap();
+        assert!(view.has_blind);
+        assert_eq!(view.rows[0].blind, "0.550 [0.500, 0.600]");
+        assert!(!view.rows[0].no_better_than_blind);
+        assert!(view.rows[1].no_better_than_blind);
     }
 }

@@ -140,7 +140,8 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         #[serde(skip_serializing_if = "Option::is_none")]
         calibration: Option<&'a crate::analyze::calibration::Calibration>,
         /// The likelihood tests (SPEC §8): AUROC of originals vs perturbed rows with its
-        /// bootstrap interval, TPR at 5 % FPR and the bootstrap p-value against 0.5.
+        /// bootstrap interval, TPR at 5 % FPR and the bootstrap p-value against 0.5, and
+        /// the blind baseline beside it.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         likelihood: Vec<LikelihoodJson<'a>>,
         /// Test 17, `row-order`: per (model, dataset), the rank of the file's row order
@@ -170,6 +171,15 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         negatives: usize,
         #[serde(skip_serializing_if = "Option::is_none")]
         skipped: Option<&'a str>,
+        /// The model-free classifier's AUROC on the same two groups of texts, its
+        /// bootstrap interval, and whether the detector's AUROC does not exceed the
+        /// interval's upper end or 0.5 (`likelihood::BlindAuroc::not_exceeded_by`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        blind_auroc: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        blind_auroc_interval: Option<[f64; 2]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        no_better_than_blind: Option<bool>,
     }
     #[derive(Serialize)]
     struct SampleRuleJson {
@@ -281,6 +291,9 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
                     positives: s.map_or(0, |s| s.positives),
                     negatives: s.map_or(0, |s| s.negatives),
                     skipped: c.skipped.as_deref(),
+                    blind_auroc: c.blind.map(|b| b.auroc),
+                    blind_auroc_interval: c.blind.map(|b| [b.auroc_low, b.auroc_high]),
+                    no_better_than_blind: c.blind.zip(s).map(|(b, s)| b.not_exceeded_by(s.auroc)),
                 }
             })
             .collect(),

@@ -1,13 +1,15 @@
 //! The likelihood tests of a run (SPEC §8): per (model, dataset, serialization), score the
 //! membership test's original rows and their perturbed copies, once per score key (the
 //! `logprobs` cache), and judge each selected detector by AUROC, TPR at 5 % FPR and
-//! bootstrap intervals; and test 17, `row-order`, on the raw file's shards in file order
-//! against their permutations. Runs after the generation requests are sent, before
-//! deciding.
+//! bootstrap intervals; test 17, `row-order`, on the raw file's shards in file order
+//! against their permutations; and the blind baseline (a model-free classifier on the same
+//! two groups of texts) beside every likelihood and membership cell. Runs after the
+//! generation requests are sent, before deciding.
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::blind::BlindBaselines;
 use super::local_exec::weights_path;
 use super::spec::{ModelSpec, Spec};
 use crate::dataset::Dataset;
@@ -17,7 +19,7 @@ use crate::likelihood::{
     Detector, DetectorStats, bootstrap_stats, roc::BOOTSTRAP_RESAMPLES, row_order,
 };
 use crate::llm::client::Client;
-use crate::probe::{ProbeContext, PromptPack, likelihood_rows, row_texts};
+use crate::probe::{ProbeContext, PromptPack, TestId, likelihood_rows, row_texts};
 use crate::request::{ApiMode, BackendKind, ModelIdentity, ScoreKey, ScoreRequest, TokenLogprobs};
 use crate::store::{LikelihoodCellRow, RowOrderCellRow, RunId, Store};
 
@@ -147,11 +149,10 @@ pub fn run_likelihood(
     run: RunId,
 ) -> anyhow::Result<LikelihoodOutcome> {
     let mut outcome = LikelihoodOutcome::default();
-    if spec
-        .models
-        .iter()
-        .all(|m| spec.model_likelihood(m).is_empty() && !spec.model_row_order(m))
-    {
+    let has_membership = |m: &ModelSpec| spec.model_tests(m).contains(&TestId::Membership);
+    if spec.models.iter().all(|m| {
+        spec.model_likelihood(m).is_empty() && !spec.model_row_order(m) && !has_membership(m)
+    }) {
         return Ok(outcome);
     }
     let catalog = Catalog::open(data_dir)?;
@@ -159,6 +160,29 @@ pub fn run_likelihood(
     let mut datasets: HashMap<String, Dataset> = HashMap::new();
     let mut cells = Vec::new();
     let mut row_order_cells = Vec::new();
+    let mut blind = BlindBaselines::new(spec.seed);
+    // Every membership cell's blind baseline, whether or not its model scores texts.
+    for model in spec.models.iter().filter(|m| has_membership(m)) {
+        for name in spec.model_datasets(model) {
+            if !datasets.contains_key(name) {
+                datasets.insert(name.clone(), catalog.load(name)?);
+            }
+            for serialization in spec.model_serializations(model) {
+                let ctx = ProbeContext {
+                    dataset: &datasets[name],
+                    serialization: &serialization,
+                    seed: spec.seed,
+                    pack: &pack,
+                    variant: spec.variant,
+                };
+                // Where test 10 does not apply (a reason instead of rows) there is no
+                // membership cell to stand beside.
+                if let Ok(rows) = likelihood_rows(&ctx)? {
+                    blind.original_vs_perturbed(&ctx, &rows);
+                }
+            }
+        }
+    }
     for (model, identity) in spec.models.iter().zip(identities) {
         let detectors = spec.model_likelihood(model);
         let row_order = spec.model_row_order(model);
@@ -213,6 +237,7 @@ pub fn run_likelihood(
                         method: method.to_string(),
                         stats,
                         skipped,
+                        blind: None,
                         run_id: None,
                     }
                 };
@@ -227,6 +252,7 @@ pub fn run_likelihood(
                         continue;
                     }
                 };
+                let original_vs_perturbed = blind.original_vs_perturbed(&ctx, &rows);
                 let texts: Vec<String> = rows.iter().map(|row| row.text.clone()).collect();
                 // After a model's first failure its other cells are only looked up.
                 let live = model_error.is_none().then_some(&mut scorer);
@@ -239,11 +265,10 @@ pub fn run_likelihood(
                         ));
                     }
                     model_error = Some(reason.clone());
-                    cells.extend(
-                        detectors
-                            .iter()
-                            .map(|&d| cell(d, "-", None, Some(reason.clone()))),
-                    );
+                    cells.extend(detectors.iter().map(|&d| LikelihoodCellRow {
+                        blind: original_vs_perturbed,
+                        ..cell(d, "-", None, Some(reason.clone()))
+                    }));
                     continue;
                 }
                 let method = scores.method(0);
@@ -256,6 +281,9 @@ pub fn run_likelihood(
                     let labels: Vec<bool> = (0..texts.len()).map(|i| seen.contains(&i)).collect();
                     let both = labels.iter().any(|&l| l) && labels.iter().any(|&l| !l);
                     both.then_some((texts, labels))
+                });
+                let truth_blind = truth.as_ref().and_then(|(texts, labels)| {
+                    blind.trained_vs_held_out(&ctx, &model.id, texts, labels)
                 });
                 let mut truth_scores: Option<Scored> = None;
                 if let Some((texts, _)) = &truth {
@@ -285,7 +313,10 @@ pub fn run_likelihood(
                         )),
                         None => Some("no row had a scored token".into()),
                     };
-                    cells.push(cell(detector, &method, stats, skipped));
+                    cells.push(LikelihoodCellRow {
+                        blind: original_vs_perturbed,
+                        ..cell(detector, &method, stats, skipped)
+                    });
                     if let (Some((texts, labels)), Some(scores)) = (&truth, &truth_scores) {
                         let id = detector.ground_truth_id();
                         let seed = bootstrap_seed(
@@ -302,6 +333,7 @@ pub fn run_likelihood(
                             .then(|| "no AUROC: a side had no scored row".to_string());
                         let mut row = cell(detector, &method, stats, skipped);
                         row.test = id;
+                        row.blind = truth_blind;
                         cells.push(row);
                     }
                 }
@@ -311,6 +343,7 @@ pub fn run_likelihood(
     outcome.cells = cells.len() + row_order_cells.len();
     store.put_likelihood_cells(run, &cells)?;
     store.put_row_order_cells(run, &row_order_cells)?;
+    store.put_blind_baselines(run, &blind.rows())?;
     Ok(outcome)
 }
 

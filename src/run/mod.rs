@@ -2,6 +2,7 @@
 //! the executor (tokio and local inference side by side; limits, retries, progress,
 //! Ctrl-C) and the workflow that ties them together ([`workflow::run_experiment`]).
 
+pub mod blind;
 pub mod calibration_study;
 pub mod decide;
 pub mod execute;

@@ -137,12 +137,28 @@ pub struct LikelihoodCellRow {
     /// `None` when skipped.
     pub stats: Option<crate::likelihood::DetectorStats>,
     pub skipped: Option<String>,
+    /// The blind baseline of the cell's two groups of texts (the model-free classifier's
+    /// AUROC), kept in `blind_baselines` under the cell's group pair
+    /// ([`crate::likelihood::blind::group_pair_of_cell`]); `None` when not computed (a
+    /// cache of schema 10, too few rows).
+    pub blind: Option<crate::likelihood::BlindAuroc>,
     /// Set by the store; ignored by [`Store::put_likelihood_cells`].
     pub run_id: Option<super::RunId>,
 }
 
+/// Where a likelihood cell's blind baseline is kept.
+fn blind_key(cell: &LikelihoodCellRow) -> super::blind::BlindKey {
+    (
+        cell.dataset.clone(),
+        cell.serialization.clone(),
+        cell.seed,
+        crate::likelihood::blind::group_pair_of_cell(&cell.model, &cell.test),
+    )
+}
+
 impl Store {
-    /// Stores (replaces) likelihood cells decided by `run`, in one transaction.
+    /// Stores (replaces) likelihood cells decided by `run`, with their blind baselines, in
+    /// one transaction.
     pub fn put_likelihood_cells(
         &mut self,
         run: super::RunId,
@@ -181,12 +197,16 @@ impl Store {
                 cell.skipped,
             ])
             .at(&path)?;
+            if let Some(blind) = &cell.blind {
+                super::blind::insert_blind(&tx, run, &blind_key(cell), blind).at(&path)?;
+            }
         }
         tx.commit().at(&path)?;
         Ok(())
     }
 
-    /// Every likelihood cell, in (model, dataset, test, serialization, seed) order.
+    /// Every likelihood cell, with its blind baseline, in (model, dataset, test,
+    /// serialization, seed) order.
     pub fn likelihood_cells(&self) -> Result<Vec<LikelihoodCellRow>> {
         let mut stmt = self
             .conn
@@ -232,10 +252,16 @@ impl Store {
                     method: row.get("method")?,
                     stats,
                     skipped: row.get("skipped")?,
+                    blind: None,
                     run_id: Some(super::RunId(row.get("run_id")?)),
                 })
             })
             .at(&self.path)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().at(&self.path)
+        let mut cells = rows.collect::<rusqlite::Result<Vec<_>>>().at(&self.path)?;
+        let blind = super::blind::blind_by_key(&self.conn).at(&self.path)?;
+        for cell in &mut cells {
+            cell.blind = blind.get(&blind_key(cell)).copied();
+        }
+        Ok(cells)
     }
 }

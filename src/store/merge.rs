@@ -17,6 +17,8 @@
 //!   decision of the run that started last (ties: the target's); imported cells (no run)
 //!   already in the target stay. A cell moves with all its trials, so a cell's trials are
 //!   still exactly those of its latest decision.
+//! - likelihood and row-order cells, and the blind baselines beside them: by their key, the
+//!   run that started last wins.
 //!
 //! Cells that no single input could decide (their requests were split over shards) stay
 //! undecided: `tabcontam run SPEC --offline` on the merged cache decides them, sending
@@ -511,6 +513,25 @@ fn merge_one(
                roc = excluded.roc, skipped = excluded.skipped
              WHERE (SELECT started_at FROM main.runs WHERE id = excluded.run_id)
                  > (SELECT started_at FROM main.runs WHERE id = likelihood_cells.run_id)"
+        ),
+        [],
+    )
+    .at(at)?;
+    // Blind baselines likewise (a model-free computation: any run's is the same for the
+    // same texts, but a later run may have read another file of the dataset).
+    tx.execute(
+        &format!(
+            "INSERT INTO main.blind_baselines (dataset, serialization, seed, group_pair, run_id,
+                 positives, negatives, auroc, auroc_low, auroc_high)
+             SELECT b.dataset, b.serialization, b.seed, b.group_pair, r.new, b.positives,
+                    b.negatives, b.auroc, b.auroc_low, b.auroc_high
+             FROM {src}.blind_baselines b JOIN temp.merge_run r ON r.old = b.run_id WHERE true
+             ON CONFLICT (dataset, serialization, seed, group_pair) DO UPDATE SET
+               run_id = excluded.run_id, positives = excluded.positives,
+               negatives = excluded.negatives, auroc = excluded.auroc,
+               auroc_low = excluded.auroc_low, auroc_high = excluded.auroc_high
+             WHERE (SELECT started_at FROM main.runs WHERE id = excluded.run_id)
+                 > (SELECT started_at FROM main.runs WHERE id = blind_baselines.run_id)"
         ),
         [],
     )

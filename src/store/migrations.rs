@@ -77,6 +77,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../schema/sqlite/0010_row_order.sql"),
         rust_step: None,
     },
+    Migration {
+        version: 11,
+        name: "0011_blind_baseline",
+        sql: include_str!("../../schema/sqlite/0011_blind_baseline.sql"),
+        rust_step: None,
+    },
 ];
 
 /// The schema version this binary writes and reads.
@@ -167,6 +173,7 @@ mod tests {
             "66a40429ae7de53cf48dca415592b8e323f12109dc425aa2df875263ac1670bf",
             "1bfc5f60a35911893008590e5210e573559dc48eac3162dbf8ffbc2d62da2bf6",
             "2edfdc6beb95c10077721765f79cef9da88e1c040dec1c45d8b3300f9a4cb26f",
+            "98de58b4df8090e2e8ee936154ad4b540347ff936794771bfdb2548bd9ca414d",
         ];
         assert_eq!(
             pinned.len(),

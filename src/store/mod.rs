@@ -14,6 +14,7 @@
 //! `synchronous=NORMAL` keeps commits cheap; it can lose the last commits on power loss,
 //! never on a crash of the process, and never corrupts the file.
 
+mod blind;
 mod cache;
 mod error;
 mod local_identity;
@@ -34,6 +35,7 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OpenFlags, Row, Transaction, TransactionBehavior};
 use serde::de::DeserializeOwned;
 
+pub use blind::BlindBaselineRow;
 pub use error::{Result, StoreError};
 pub use logprobs::LikelihoodCellRow;
 pub use merge::{MAX_MERGE_INPUTS, MergeError, MergeReport, MergedInput, check_merge_inputs};

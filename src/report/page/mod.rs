@@ -69,6 +69,8 @@ pub struct Page {
     pub likelihood: Option<super::likelihood::LikelihoodView>,
     /// Test 17's table (empty when it was not run).
     pub row_order: Vec<super::likelihood::RowOrderRow>,
+    /// Membership cells beside the blind baseline of their rows (empty when none has one).
+    pub membership_blind: Vec<super::likelihood::MembershipBlindRow>,
 }
 
 #[derive(Template)]
@@ -299,6 +301,7 @@ impl Page {
             examples: examples(analysis, &label_of, &dataset_name, &test_name),
             likelihood: super::likelihood::view(&analysis.likelihood),
             row_order: super::likelihood::row_order_rows(&analysis.row_order),
+            membership_blind: super::likelihood::membership_blind_rows(&analysis.evidence),
             datasets,
         }
     }
