@@ -51,13 +51,7 @@ pub fn export_parquet(store: &Store, dir: &Path) -> Result<Vec<ExportedFile>> {
     std::fs::create_dir_all(dir).map_err(|e| {
         anyhow::anyhow!("cannot create {}: {e}; pass another folder", dir.display())
     })?;
-    // External access stays on (COPY writes files); extensions are never fetched.
-    let config = Config::default()
-        .with("autoinstall_known_extensions", "false")
-        .and_then(|c| c.with("autoload_known_extensions", "false"))
-        .doing("configuring the export database")?;
-    let conn =
-        Connection::open_in_memory_with_flags(config).doing("opening an in-memory database")?;
+    let conn = export_connection()?;
     conn.execute_batch(TABLES)
         .doing("creating the export tables")?;
     load(store, &conn)?;
@@ -81,15 +75,22 @@ pub fn export_parquet(store: &Store, dir: &Path) -> Result<Vec<ExportedFile>> {
     Ok(written)
 }
 
-/// Converts a CSV file with a header to Parquet (DuckDB's CSV reader, column types
-/// sniffed), for exports that write CSV first (`tabcontam rows --out x.parquet`).
-pub fn csv_to_parquet(csv: &Path, parquet: &Path) -> Result<()> {
+/// An in-memory DuckDB for writing files: external access stays on (COPY writes files);
+/// extensions are never fetched.
+fn export_connection() -> Result<Connection> {
     let config = Config::default()
         .with("autoinstall_known_extensions", "false")
         .and_then(|c| c.with("autoload_known_extensions", "false"))
         .doing("configuring the export database")?;
     let conn =
         Connection::open_in_memory_with_flags(config).doing("opening an in-memory database")?;
+    Ok(conn)
+}
+
+/// Converts a CSV file with a header to Parquet (DuckDB's CSV reader, column types
+/// sniffed), for exports that write CSV first (`tabcontam rows --out x.parquet`).
+pub fn csv_to_parquet(csv: &Path, parquet: &Path) -> Result<()> {
+    let conn = export_connection()?;
     let quote = |p: &Path| p.to_string_lossy().replace('\'', "''");
     conn.execute_batch(&format!(
         "COPY (SELECT * FROM read_csv('{}', header = true)) TO '{}' (FORMAT parquet, COMPRESSION zstd)",

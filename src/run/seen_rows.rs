@@ -135,19 +135,23 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
     // Dataset inference's features: every detector's score of the row (rows a detector
     // cannot score leave that detector out of the combination).
     let (mut suspect_features, mut held_out_features) = (Vec::new(), Vec::new());
+    let chosen = Detector::ALL
+        .iter()
+        .position(|&d| d == query.detector)
+        .expect("every detector is in ALL");
     for (row, (text, key)) in texts.iter().zip(&keys).enumerate() {
         let logprobs = &found[key].1;
-        let Some(score) = query.detector.score(text, logprobs) else {
+        let features: Vec<Option<f64>> = Detector::ALL
+            .iter()
+            .map(|d| d.score(text, logprobs))
+            .collect();
+        let Some(score) = features[chosen] else {
             anyhow::bail!(
                 "{} cannot score row {row} from the cached log-probabilities ({}); choose another --detector",
                 query.detector.test_id(),
                 found[key].0
             );
         };
-        let features: Vec<Option<f64>> = Detector::ALL
-            .iter()
-            .map(|d| d.score(text, logprobs))
-            .collect();
         match seen.contains(&row) {
             true => {
                 candidates.push((row, score));
