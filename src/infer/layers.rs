@@ -98,7 +98,13 @@ impl Linear {
             // Many rows (prefill): expanding the blocks to f32 for this call and running
             // one f32 GEMM beats block dot products by far; the expanded copy is dropped at
             // once, so memory stays that of the quantized weights.
-            QMatMul::QTensor(q) if rows >= DENSE_ROWS && xs.device().is_cpu() => {
+            // On AVX-512 VNNI, Q4_1 stays 8-bit even then: int8 panels beat the f32 GEMM
+            // ~3× (`tabcontam_kernels::vnni`).
+            QMatMul::QTensor(q)
+                if rows >= DENSE_ROWS
+                    && xs.device().is_cpu()
+                    && !super::qmatmul::int8_prefill(q) =>
+            {
                 dense_matmul(xs, &super::qmatmul::dequantize(q, xs.dtype())?)?
             }
             // Few rows (decoding): block dot products read 4× less memory than f32.

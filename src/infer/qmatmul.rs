@@ -16,6 +16,8 @@ use candle_core::quantized::k_quants::{
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 
+use tabcontam_kernels::vnni::{self, Blocks};
+
 use super::error::CResult;
 
 /// Output columns per rayon task: enough work per task (a few hundred thousand
@@ -36,6 +38,24 @@ pub fn supports(weight: &QTensor) -> bool {
                 | GgmlDType::Q6K
                 | GgmlDType::Q4_1
         )
+}
+
+/// Whether a prefill multiplies this weight as stored, with 8-bit activations (int8 panels
+/// on AVX-512 VNNI), rather than as an f32 GEMM over its expanded blocks.
+pub fn int8_prefill(weight: &QTensor) -> bool {
+    weight.device().is_cpu()
+        && panel_blocks(weight.dtype()).is_some()
+        && tabcontam_kernels::vnni::available()
+}
+
+/// The block types the int8 panels multiply.
+fn panel_blocks(dtype: GgmlDType) -> Option<Blocks> {
+    match dtype {
+        GgmlDType::Q4_1 => Some(Blocks::Q4_1),
+        GgmlDType::Q8_0 => Some(Blocks::Q8_0),
+        GgmlDType::Q4K => Some(Blocks::Q4K),
+        _ => None,
+    }
 }
 
 /// The weight expanded to a dense `(n, k)` tensor of `dtype` for a prefill GEMM: Q4_1 on
@@ -61,11 +81,24 @@ pub fn matmul(xs: &Tensor, weight: &QTensor) -> CResult<Tensor> {
         candle_core::bail!("linear input width {last} does not match the weight ({n}, {k})");
     }
     let rows: usize = lead.iter().product();
+    let xs_dtype = xs.dtype();
     let lhs = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     let data = weight.data()?;
     // The portable path (`TABCONTAM_CPU=portable`) takes candle's plain loops too, so a
     // machine with AVX2 also runs what a machine without it computes.
     let portable = tabcontam_kernels::cpu::isa() == tabcontam_kernels::cpu::Isa::Portable;
+    if let Some(kind) = panel_blocks(weight.dtype())
+        && rows >= vnni::PANEL_ROWS
+        && vnni::available()
+        && kind.fits(k)
+    {
+        // Many rows on AVX-512 VNNI: int8 panels (Q4_1 takes them inside its own kernel).
+        let xs = tabcontam_kernels::q4_1::Activations::quantize(&lhs, k);
+        let out = vnni::matmul(kind, &data, n, k, &xs, rows);
+        let mut out_dims = lead.to_vec();
+        out_dims.push(n);
+        return Tensor::from_vec(out, out_dims, &Device::Cpu)?.to_dtype(xs_dtype);
+    }
     let out = match weight.dtype() {
         GgmlDType::Q8_0 => run::<BlockQ8_0>(&data, n, k, &lhs, rows, portable)?,
         GgmlDType::Q4_0 => run::<BlockQ4_0>(&data, n, k, &lhs, rows, portable)?,

@@ -3,7 +3,9 @@
 //! parity tests on each path this CPU can take, see `tests/local_inference.rs`).
 //!
 //! One binary runs on every x86-64 machine: nothing here depends on compile-time target
-//! features. The dependencies' own choices are not ours to make (candle and gemm detect
+//! features. AVX-512 VNNI (`vpdpbusd`: 64 unsigned×signed byte products summed into 16
+//! int32 lanes per instruction) runs the prefill's quantized matmuls as int8 panels
+//! ([`crate::vnni`]); AVX2 runs them as f32 GEMMs over expanded weights. The dependencies' own choices are not ours to make (candle and gemm detect
 //! AVX2/FMA at run time; gemm's AVX-512 kernels are behind its `x86-v4` feature, which is
 //! off, and candle's AVX-512 repacked kernels are reached only through candle's own
 //! quantized matmul, which `src/infer` never calls for the block types it handles), so
@@ -11,7 +13,7 @@
 
 use std::sync::OnceLock;
 
-/// The environment variable that forces a path: `auto` (the default), `avx2` or
+/// The environment variable that forces a path: `auto` (the default), `avx512`, `avx2` or
 /// `portable`.
 pub const CPU_ENV: &str = "TABCONTAM_CPU";
 
@@ -22,17 +24,20 @@ pub enum Isa {
     Portable,
     /// AVX2 with FMA and F16C integer dot products (x86-64-v3).
     Avx2,
+    /// AVX-512 (F, BW, VL) with VNNI byte dot products, on top of AVX2.
+    Avx512,
 }
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 2] = [Isa::Portable, Isa::Avx2];
+    pub const ALL: [Isa; 3] = [Isa::Portable, Isa::Avx2, Isa::Avx512];
 
     /// The name `TABCONTAM_CPU` takes.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
         }
     }
 
@@ -54,6 +59,13 @@ pub fn detected() -> Isa {
             && std::is_x86_feature_detected!("fma")
             && std::is_x86_feature_detected!("f16c")
         {
+            if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vl")
+                && std::is_x86_feature_detected!("avx512vnni")
+            {
+                return Isa::Avx512;
+            }
             return Isa::Avx2;
         }
         Isa::Portable
@@ -109,10 +121,10 @@ mod tests {
 
     #[test]
     fn levels_are_ordered_and_named() {
-        assert!(Isa::Portable < Isa::Avx2);
+        assert!(Isa::Portable < Isa::Avx2 && Isa::Avx2 < Isa::Avx512);
         assert_eq!(
             Isa::ALL.map(Isa::name),
-            ["portable", "avx2"],
+            ["portable", "avx2", "avx512"],
             "TABCONTAM_CPU's values"
         );
         // The portable path runs everywhere; `auto` picks the best runnable level.

@@ -1,0 +1,193 @@
+//! Prefill throughput on every kernel path this CPU runs, against each path's roofline, in
+//! one run: the demo's prompts (`experiments/demo.toml`, what `tabcontam run` sends) through
+//! SmolLM2-135M Q4_1 with one new token each, scheduled as `tabcontam run` schedules them
+//! (micro-batches, shared prefixes once), prompt tokens per second of prefill time.
+//!
+//! Each path runs in a child process with `TABCONTAM_CPU` forcing it (the level is read once
+//! per process). The roofline of a path is the arithmetic of its matmuls at the peak its
+//! inner instruction reaches on this machine, measured in the same child by a register-only
+//! loop on every core at once (no memory traffic): 256-bit FMAs for `avx2` (its prefill is
+//! an f32 GEMM over expanded weights), 512-bit `vpdpbusd` for `avx512` (int8 panels). A
+//! token costs the model's matmul multiply-adds: 2·(q, k, v, o, gate, up, down) per layer
+//! minus nothing for the head (only the last position of a prompt needs it), 106.2 M for
+//! SmolLM2-135M.
+//!
+//! `cargo bench --bench prefill` (env: `TABCONTAM_TEST_ASSETS`, `BENCH_LIMIT` (the first N
+//! requests, default all 318), `BENCH_PATHS` (default every runnable path but `portable`)).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use tabcontam::infer::fetch::DEFAULT_MODEL_FILE;
+use tabcontam::infer::{LocalModel, LocalOptions};
+use tabcontam::run::{local_exec, session};
+use tabcontam_kernels::cpu::{CPU_ENV, Isa};
+
+/// Multiply-adds of SmolLM2-135M's matmuls per prompt token: 30 layers of q (576×576),
+/// k and v (576×192 each), o (576×576), gate and up (576×1536 each) and down (1536×576).
+const MACS_PER_TOKEN: f64 =
+    30.0 * (576.0 * 576.0 * 2.0 + 576.0 * 192.0 * 2.0 + 576.0 * 1536.0 * 3.0);
+
+const CHILD_ENV: &str = "TABCONTAM_BENCH_PREFILL_CHILD";
+
+fn assets_dir() -> PathBuf {
+    std::env::var_os("TABCONTAM_TEST_ASSETS").map_or_else(
+        || {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/tabcontam-test-assets")
+        },
+        PathBuf::from,
+    )
+}
+
+fn main() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: first thing in `main`, before any other thread exists (as src/main.rs).
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+    }
+    let model = assets_dir().join("models").join(DEFAULT_MODEL_FILE);
+    if !model.is_file() {
+        let message = format!(
+            "{} missing (scripts/ci-install-local-models.sh)",
+            model.display()
+        );
+        assert!(
+            std::env::var("TABCONTAM_CI").as_deref() != Ok("1"),
+            "{message}"
+        );
+        eprintln!("SKIP: prefill: {message}");
+        return;
+    }
+    if std::env::var_os(CHILD_ENV).is_some() {
+        child(&model);
+        return;
+    }
+    let paths: Vec<String> = std::env::var("BENCH_PATHS").map_or_else(
+        |_| {
+            Isa::runnable()
+                .into_iter()
+                .filter(|&isa| isa != Isa::Portable)
+                .map(|isa| isa.name().to_string())
+                .collect()
+        },
+        |list| list.split(',').map(|p| p.trim().to_string()).collect(),
+    );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "SmolLM2-135M Q4_1, the demo's prompts, one new token each; {cores} cores; {:.1} M multiply-adds per prompt token",
+        MACS_PER_TOKEN / 1e6
+    );
+    println!(
+        "{:<8} {:>14} {:>10} {:>12} {:>26} {:>16} {:>10}",
+        "path",
+        "prompt tokens",
+        "prefill s",
+        "tokens/s",
+        "peak (all cores)",
+        "roofline t/s",
+        "of peak"
+    );
+    let mut rates = Vec::new();
+    for path in &paths {
+        let output = Command::new(std::env::current_exe().expect("this bench"))
+            .env(CHILD_ENV, "1")
+            .env(CPU_ENV, path)
+            .output()
+            .expect("run the bench for one path");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let Some(line) = stdout.lines().find(|l| l.starts_with("RESULT ")) else {
+            panic!(
+                "{CPU_ENV}={path}: no result ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        let fields: Vec<f64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().expect("a number"))
+            .collect();
+        let [tokens, seconds, peak] = fields[..] else {
+            panic!("malformed result line {line}");
+        };
+        let rate = tokens / seconds;
+        let roofline = peak / MACS_PER_TOKEN;
+        println!(
+            "{path:<8} {tokens:>14.0} {seconds:>10.2} {rate:>12.0} {:>26} {roofline:>16.0} {:>9.0}%",
+            format!("{:.0} G MAC/s ({})", peak / 1e9, instruction(path)),
+            100.0 * rate / roofline
+        );
+        rates.push((path.clone(), rate));
+    }
+    if let (Some((base, slow)), Some((fast_path, fast))) = (
+        rates.iter().find(|(p, _)| p == "avx2"),
+        rates.iter().find(|(p, _)| p == "avx512"),
+    ) {
+        println!("prefill speed-up {fast_path} / {base}: {:.2}x", fast / slow);
+    }
+}
+
+fn instruction(path: &str) -> &'static str {
+    match path {
+        "avx512" => "vpdpbusd zmm",
+        "avx2" => "vfmadd ymm, f32",
+        _ => "scalar",
+    }
+}
+
+/// One path: the prefill of every demo prompt, then the peak of that path's instruction
+/// on every core, printed as `RESULT tokens seconds peak`.
+fn child(model_path: &Path) {
+    let spec_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments/demo.toml");
+    let spec = tabcontam::run::spec::Spec::load(&spec_path).expect("load the demo spec");
+    let prepared = session::prepare(&spec, None, &[]).expect("plan the demo spec");
+    let max_batch = prepared.spec.models[0]
+        .max_batch
+        .unwrap_or(LocalOptions::default().max_batch);
+    let limit = std::env::var("BENCH_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(usize::MAX);
+    let mut requests: Vec<_> = prepared
+        .plan
+        .requests
+        .values()
+        .map(|source| prepared.plan.request(&prepared.spec, source))
+        .take(limit)
+        .collect();
+    for request in &mut requests {
+        request.params.max_tokens = 1;
+    }
+    let mut model = LocalModel::load(model_path, &LocalOptions::default()).expect("load model");
+    let tokenized = local_exec::tokenize_all(&model, &requests)
+        .map_err(|(error, _)| error)
+        .expect("tokenize");
+    model.reset_stats();
+    for batch in local_exec::schedule(&requests, &tokenized, max_batch) {
+        local_exec::respond(&mut model, &requests, &tokenized, &batch).expect("prefill");
+    }
+    let stats = model.stats();
+    let peak = peak_macs_per_second(tabcontam_kernels::cpu::isa());
+    println!(
+        "RESULT {} {} {peak}",
+        stats.prompt_tokens_processed,
+        stats.prefill_nanos as f64 / 1e9
+    );
+}
+
+/// Multiply-adds per second of the path's inner instruction, every core at once.
+fn peak_macs_per_second(isa: Isa) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let started = Instant::now();
+    let total: f64 = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..cores)
+            .map(|_| scope.spawn(move || tabcontam_kernels::peak::multiply_adds(isa)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("peak loop"))
+            .sum()
+    });
+    total / started.elapsed().as_secs_f64()
+}

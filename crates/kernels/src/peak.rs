@@ -1,0 +1,71 @@
+//! The arithmetic peak of each kernel path's inner instruction, from register-only loops
+//! (no memory traffic): the roofline `cargo bench --bench prefill` states prefill rates
+//! against. Not used by the engine.
+
+use crate::cpu::Isa;
+
+/// Iterations of one loop: about a quarter second on one core, long enough for the clock
+/// to settle.
+const ITERATIONS: usize = 10_000_000;
+/// Independent accumulators: enough to hide each instruction's latency.
+const CHAINS: usize = 12;
+
+/// Runs the path's inner instruction on this thread and returns the multiply-adds done:
+/// 512-bit `vpdpbusd` (64 int8 products each) for `avx512`, 256-bit FMAs (8 f32 products)
+/// for `avx2`, scalar f32 multiply-adds for `portable`.
+pub fn multiply_adds(isa: Isa) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `cpu::isa` never selects a level the CPU lacks, and callers pass it.
+        if isa >= Isa::Avx512 {
+            return unsafe { x86::vnni512() };
+        }
+        if isa >= Isa::Avx2 {
+            return unsafe { x86::fma256() };
+        }
+    }
+    let _ = isa;
+    let mut acc = [0f32; CHAINS];
+    for i in 0..ITERATIONS {
+        for chain in &mut acc {
+            *chain = std::hint::black_box(*chain).mul_add(1.000_001, i as f32);
+        }
+    }
+    std::hint::black_box(acc);
+    (ITERATIONS * CHAINS) as f64
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{CHAINS, ITERATIONS};
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub fn vnni512() -> f64 {
+        let a = _mm512_set1_epi32(0x0101_0101);
+        let b = _mm512_set1_epi32(0x0102_0304);
+        let mut acc = [_mm512_setzero_si512(); CHAINS];
+        for _ in 0..ITERATIONS {
+            for chain in &mut acc {
+                *chain = _mm512_dpbusd_epi32(*chain, a, b);
+            }
+        }
+        std::hint::black_box(acc);
+        (ITERATIONS * CHAINS * 64) as f64
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn fma256() -> f64 {
+        let a = _mm256_set1_ps(1.000_001);
+        let b = _mm256_set1_ps(1e-9);
+        let mut acc = [_mm256_setzero_ps(); CHAINS];
+        for _ in 0..ITERATIONS {
+            for chain in &mut acc {
+                *chain = _mm256_fmadd_ps(*chain, a, b);
+            }
+        }
+        std::hint::black_box(acc);
+        (ITERATIONS * CHAINS * 8) as f64
+    }
+}

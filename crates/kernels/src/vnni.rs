@@ -1,0 +1,489 @@
+//! Quantized matmuls of many activation rows (a prompt's prefill) as int8 panels on AVX-512
+//! VNNI: the weights of 16 output columns are laid out once per call so that one
+//! `vpdpbusd` multiplies 4 consecutive weights of each of the 16 columns by the same 4
+//! activation bytes (broadcast), and every activation row of a pass reuses the loaded
+//! weights from a register.
+//!
+//! Three stored block types share the layout, since each is, per run of 32 weights, a
+//! scale, an offset and unsigned codes: Q4_1 (`d·q + m`, q < 16), Q8_0 (`d·(q + 128) −
+//! 128·d`: the signed codes shifted into the unsigned operand of `vpdpbusd`) and Q4_K
+//! (`d·sc·q − dmin·m` per 32-value sub-block of its 256-value super block). The offset
+//! meets the activations through their scaled code sum (`d·Σq`), so one kernel serves all
+//! three: Q4_1 with the sum rounded to f16 as llama.cpp's q8_1 stores it, the others with
+//! the exact sum (Q8_0's large offset would magnify the rounding).
+//!
+//! Why: on AVX2 a prefill expands the blocks to f32 and runs an f32 GEMM (8 multiply-adds
+//! per FMA lane group, 4 bytes read per weight). Here a block of 32 weights × 16 columns ×
+//! one row is 8 `vpdpbusd` (512 multiply-adds) plus 4 float operations for the block's
+//! scales, on the same 8-bit activations and integer sums as the decoding kernel and
+//! llama.cpp's q4_1 × q8_1. The integer sum of a block is exact, so the only difference
+//! from [`crate::q4_1`]'s scalar reference is the order of the float additions.
+
+use rayon::prelude::*;
+
+use crate::q4_1::Activations;
+
+/// Output columns laid out together: one 512-bit register of 32-bit lanes.
+const TILE: usize = 16;
+/// Activation rows multiplied per pass over a tile (8 integer and 8 float accumulators
+/// stay in registers, out of 32).
+const ROWS_PER_PASS: usize = 8;
+/// Values per quantization block.
+const BLOCK: usize = crate::q4_1::BLOCK;
+/// Bytes per stored Q4_1 block (f16 scale, f16 minimum, 16 bytes of nibbles).
+const Q4_1_BLOCK_BYTES: usize = 20;
+/// Bytes per stored Q8_0 block (f16 scale, 32 signed codes).
+const Q8_0_BLOCK_BYTES: usize = 34;
+/// Values and bytes per stored Q4_K super block (f16 `d`, f16 `dmin`, 12 bytes of 6-bit
+/// sub-block scales and minimums, 128 bytes of nibbles).
+const Q4_K_VALUES: usize = 256;
+const Q4_K_BLOCK_BYTES: usize = 144;
+
+/// The stored block types the panels multiply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocks {
+    Q4_1,
+    Q8_0,
+    Q4K,
+}
+
+impl Blocks {
+    /// Bytes of one weight row of `k` values.
+    fn row_bytes(self, k: usize) -> usize {
+        match self {
+            Blocks::Q4_1 => k / BLOCK * Q4_1_BLOCK_BYTES,
+            Blocks::Q8_0 => k / BLOCK * Q8_0_BLOCK_BYTES,
+            Blocks::Q4K => k / Q4_K_VALUES * Q4_K_BLOCK_BYTES,
+        }
+    }
+
+    /// Whether rows of `k` values are whole stored blocks.
+    pub fn fits(self, k: usize) -> bool {
+        match self {
+            Blocks::Q4_1 | Blocks::Q8_0 => k.is_multiple_of(BLOCK),
+            Blocks::Q4K => k.is_multiple_of(Q4_K_VALUES),
+        }
+    }
+}
+/// Groups of 4 consecutive values in a block (one `vpdpbusd` each).
+const GROUPS: usize = BLOCK / 4;
+
+/// Rows from which a product runs as panels: below, the column-wise kernels (which read
+/// each weight block once per row pass without laying it out) are as fast.
+pub const PANEL_ROWS: usize = 8;
+
+/// Whether this CPU runs the panels (on the path [`crate::cpu::isa`] selected).
+pub fn available() -> bool {
+    crate::cpu::isa() >= crate::cpu::Isa::Avx512
+}
+
+/// One tile of 16 weight rows in the panel layout: per block, 8 groups of 64 bytes (4
+/// codes of each column, column-major within the group), then the 16 scales and 16
+/// minimums. Columns past the weight's last row are zero (and never written out).
+struct Tile {
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+    minimums: Vec<f32>,
+}
+
+impl Tile {
+    fn new(blocks: usize) -> Self {
+        Tile {
+            codes: vec![0; blocks * GROUPS * 64],
+            scales: vec![0.0; blocks * TILE],
+            minimums: vec![0.0; blocks * TILE],
+        }
+    }
+
+    /// Weight rows `first..first + columns` (≤ 16) of `data` in the panel layout.
+    fn fill(&mut self, kind: Blocks, data: &[u8], k: usize, first: usize, columns: usize) {
+        let row_bytes = kind.row_bytes(k);
+        if kind == Blocks::Q4_1 {
+            // SAFETY: callers hold `available()` (AVX-512 F/BW); the rows exist.
+            unsafe { avx512::fill_q4_1(self, data, row_bytes, first, columns) };
+            return;
+        }
+        if columns < TILE {
+            self.codes.fill(0);
+            self.scales.fill(0.0);
+            self.minimums.fill(0.0);
+        }
+        for j in 0..columns {
+            let row = &data[(first + j) * row_bytes..(first + j + 1) * row_bytes];
+            match kind {
+                Blocks::Q8_0 => {
+                    for (b, block) in row.chunks_exact(Q8_0_BLOCK_BYTES).enumerate() {
+                        let d = f16(block[0], block[1]);
+                        let mut codes = [0u8; BLOCK];
+                        for (code, &byte) in codes.iter_mut().zip(&block[2..]) {
+                            // The signed code plus 128, as an unsigned byte.
+                            *code = byte ^ 0x80;
+                        }
+                        self.set_block(b, j, d, -128.0 * d, &codes);
+                    }
+                }
+                Blocks::Q4K => {
+                    for (super_block, block) in row.chunks_exact(Q4_K_BLOCK_BYTES).enumerate() {
+                        let d = f16(block[0], block[1]);
+                        let dmin = f16(block[2], block[3]);
+                        let scales: &[u8; 12] = block[4..16].try_into().expect("12 bytes");
+                        for pair in 0..4 {
+                            let nibbles = &block[16 + 32 * pair..16 + 32 * (pair + 1)];
+                            for (half, shift) in [(0, 0), (1, 4)] {
+                                let sub = 2 * pair + half;
+                                let (scale, minimum) = q4_k_scale_min(sub, scales);
+                                let mut codes = [0u8; BLOCK];
+                                for (code, &byte) in codes.iter_mut().zip(nibbles) {
+                                    *code = (byte >> shift) & 0x0F;
+                                }
+                                self.set_block(
+                                    super_block * 8 + sub,
+                                    j,
+                                    d * f32::from(scale),
+                                    -dmin * f32::from(minimum),
+                                    &codes,
+                                );
+                            }
+                        }
+                    }
+                }
+                Blocks::Q4_1 => unreachable!("laid out above"),
+            }
+        }
+    }
+
+    /// Column `j`'s codes of block `b` into their groups, with its scale and offset.
+    fn set_block(&mut self, b: usize, j: usize, scale: f32, offset: f32, codes: &[u8; BLOCK]) {
+        self.scales[b * TILE + j] = scale;
+        self.minimums[b * TILE + j] = offset;
+        let block = &mut self.codes[b * GROUPS * 64..(b + 1) * GROUPS * 64];
+        for (g, four) in codes.chunks_exact(4).enumerate() {
+            block[g * 64 + j * 4..g * 64 + j * 4 + 4].copy_from_slice(four);
+        }
+    }
+}
+
+/// Sub-block `j`'s 6-bit scale and minimum of a Q4_K super block (ggml's
+/// `get_scale_min_k4`).
+fn q4_k_scale_min(j: usize, scales: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (scales[j] & 63, scales[j + 4] & 63)
+    } else {
+        (
+            (scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4),
+            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
+        )
+    }
+}
+
+fn f16(low: u8, high: u8) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([low, high])).to_f32()
+}
+
+/// `xs Wᵀ` for weights `W` (`n` rows of `k`) stored as `kind` blocks and activations
+/// quantized per block of 32; row-major `(rows, n)`. Callers check [`available`].
+pub fn matmul(
+    kind: Blocks,
+    data: &[u8],
+    n: usize,
+    k: usize,
+    xs: &Activations,
+    rows: usize,
+) -> Vec<f32> {
+    assert!(available(), "the int8 panels need AVX-512 VNNI");
+    assert!(kind.fits(k), "width {k} is not whole {kind:?} blocks");
+    assert_eq!(data.len(), n * kind.row_bytes(k), "{kind:?} storage size");
+    assert_eq!(xs.q.len(), rows * k, "activation size");
+    let code_sums = if kind == Blocks::Q4_1 {
+        &xs.s
+    } else {
+        &xs.sums
+    };
+    let mut out = vec![0f32; rows * n];
+    let target = SharedOut(out.as_mut_ptr());
+    (0..n.div_ceil(TILE)).into_par_iter().for_each_init(
+        || Tile::new(k / BLOCK),
+        |tile, t| {
+            let first = t * TILE;
+            let columns = TILE.min(n - first);
+            tile.fill(kind, data, k, first, columns);
+            let mut row = 0;
+            while row < rows {
+                let count = ROWS_PER_PASS.min(rows - row);
+                // SAFETY: as above; rows `row..row + count` exist in `xs`, and this task
+                // alone writes columns `first..first + columns` of `out` (one tile each).
+                unsafe {
+                    avx512::panel(tile, xs, code_sums, row, count, target, n, first, columns)
+                };
+                row += count;
+            }
+        },
+    );
+    out
+}
+
+/// The output matrix, written by every tile's task at its own columns.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: tasks write disjoint columns (one tile of 16 each), and the vector outlives the
+// parallel loop that writes it.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{
+        Activations, BLOCK, GROUPS, Q4_1_BLOCK_BYTES, ROWS_PER_PASS, SharedOut, TILE, Tile,
+    };
+
+    /// Lays out weight rows `first..first + columns` (≤ 16) of Q4_1 data in `tile`: value
+    /// `i` of a block is the low nibble of byte `i`, value `16 + i` its high nibble, so the
+    /// 4-byte word `g` of each column's 16 code bytes holds group `g` (low nibbles) and
+    /// group `g + 4` (high nibbles). Columns past `columns` are zero.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F and BW; `data` must hold rows `first..first +
+    /// columns` of `row_bytes` bytes, and the tile `row_bytes / 20` blocks.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn fill_q4_1(
+        tile: &mut Tile,
+        data: &[u8],
+        row_bytes: usize,
+        first: usize,
+        columns: usize,
+    ) {
+        // SAFETY: the gathers read only the first `columns` lanes (mask), each within
+        // row `first + j` of `data`; the stores stay within the tile's blocks.
+        unsafe {
+            let blocks = row_bytes / Q4_1_BLOCK_BYTES;
+            let base = data.as_ptr().add(first * row_bytes) as *const i32;
+            let lanes: __mmask16 = if columns >= TILE {
+                0xFFFF
+            } else {
+                (1u16 << columns) - 1
+            };
+            let row_starts = _mm512_mullo_epi32(
+                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                _mm512_set1_epi32(row_bytes as i32),
+            );
+            let low_nibbles = _mm512_set1_epi8(0x0F);
+            let zero = _mm512_setzero_si512();
+            for b in 0..blocks {
+                let at =
+                    _mm512_add_epi32(row_starts, _mm512_set1_epi32((b * Q4_1_BLOCK_BYTES) as i32));
+                // The f16 scale (low half) and minimum (high half) of each column's block.
+                let halves = _mm512_mask_i32gather_epi32::<1>(zero, lanes, at, base);
+                let scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(halves));
+                let minimums =
+                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(halves)));
+                _mm512_storeu_ps(tile.scales.as_mut_ptr().add(b * TILE), scales);
+                _mm512_storeu_ps(tile.minimums.as_mut_ptr().add(b * TILE), minimums);
+                let codes = tile.codes.as_mut_ptr().add(b * GROUPS * 64);
+                for g in 0..GROUPS / 2 {
+                    let word = _mm512_add_epi32(at, _mm512_set1_epi32((4 + 4 * g) as i32));
+                    let packed = _mm512_mask_i32gather_epi32::<1>(zero, lanes, word, base);
+                    let low = _mm512_and_si512(packed, low_nibbles);
+                    let high = _mm512_and_si512(_mm512_srli_epi32::<4>(packed), low_nibbles);
+                    _mm512_storeu_si512(codes.add(g * 64) as *mut _, low);
+                    _mm512_storeu_si512(codes.add((g + GROUPS / 2) * 64) as *mut _, high);
+                }
+            }
+        }
+    }
+
+    /// Rows `first..first + count` (≤ 8) against one tile, written to columns
+    /// `column..column + columns` of the `(rows, n)` output.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW, VL and VNNI; the rows must exist in `xs`, the
+    /// tile must hold `xs.blocks_per_row` blocks, and no other thread may write these
+    /// columns of `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn panel(
+        tile: &Tile,
+        xs: &Activations,
+        code_sums: &[f32],
+        first: usize,
+        count: usize,
+        out: SharedOut,
+        n: usize,
+        column: usize,
+        columns: usize,
+    ) {
+        let mut sums = [[0f32; TILE]; ROWS_PER_PASS];
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match count {
+                8 => rows::<8>(tile, xs, code_sums, first, &mut sums),
+                7 => rows::<7>(tile, xs, code_sums, first, &mut sums),
+                6 => rows::<6>(tile, xs, code_sums, first, &mut sums),
+                5 => rows::<5>(tile, xs, code_sums, first, &mut sums),
+                4 => rows::<4>(tile, xs, code_sums, first, &mut sums),
+                3 => rows::<3>(tile, xs, code_sums, first, &mut sums),
+                2 => rows::<2>(tile, xs, code_sums, first, &mut sums),
+                _ => rows::<1>(tile, xs, code_sums, first, &mut sums),
+            }
+            for (r, values) in sums.iter().take(count).enumerate() {
+                let at = out.0.add((first + r) * n + column);
+                std::ptr::copy_nonoverlapping(values.as_ptr(), at, columns);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn rows<const R: usize>(
+        tile: &Tile,
+        xs: &Activations,
+        code_sums: &[f32],
+        first: usize,
+        panel: &mut [[f32; TILE]; ROWS_PER_PASS],
+    ) {
+        // SAFETY: every pointer below stays within the tile's `blocks` blocks and the
+        // activation rows `first..first + R` (the caller's contract).
+        unsafe {
+            let per_row = xs.blocks_per_row;
+            let codes = tile.codes.as_ptr();
+            let q = xs.q.as_ptr();
+            let mut sums = [_mm512_setzero_ps(); R];
+            for b in 0..per_row {
+                let mut dots = [_mm512_setzero_si512(); R];
+                let block_codes = codes.add(b * GROUPS * 64);
+                for g in 0..GROUPS {
+                    let weights = _mm512_loadu_si512(block_codes.add(g * 64) as *const _);
+                    for (r, dot) in dots.iter_mut().enumerate() {
+                        let x = q.add(((first + r) * per_row + b) * BLOCK + 4 * g) as *const i32;
+                        *dot = _mm512_dpbusd_epi32(
+                            *dot,
+                            weights,
+                            _mm512_set1_epi32(x.read_unaligned()),
+                        );
+                    }
+                }
+                let scales = _mm512_loadu_ps(tile.scales.as_ptr().add(b * TILE));
+                let minimums = _mm512_loadu_ps(tile.minimums.as_ptr().add(b * TILE));
+                for (r, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
+                    let index = (first + r) * per_row + b;
+                    let scale = _mm512_mul_ps(scales, _mm512_set1_ps(*xs.d.get_unchecked(index)));
+                    *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+                    *sum = _mm512_fmadd_ps(
+                        minimums,
+                        _mm512_set1_ps(*code_sums.get_unchecked(index)),
+                        *sum,
+                    );
+                }
+            }
+            for (values, sum) in panel.iter_mut().zip(sums) {
+                _mm512_storeu_ps(values.as_mut_ptr(), sum);
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512 {
+    use super::{Activations, SharedOut, Tile};
+
+    /// Never called: [`super::available`] is false off x86-64.
+    pub unsafe fn fill_q4_1(_: &mut Tile, _: &[u8], _: usize, _: usize, _: usize) {
+        unreachable!("AVX-512 panels on a CPU without AVX-512")
+    }
+
+    /// Never called: [`super::available`] is false off x86-64.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn panel(
+        _: &Tile,
+        _: &Activations,
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: SharedOut,
+        _: usize,
+        _: usize,
+        _: usize,
+    ) {
+        unreachable!("AVX-512 panels on a CPU without AVX-512")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    fn random(count: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        (0..count)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Every block type's panels equal the product of candle's own dequantized weights
+    /// with the 8-bit activations (each `d·q`): the integer sums are exact, so what is left
+    /// is float order and the f16 rounding of the activations' code sums (bounded below). Partial tiles
+    /// (n not a multiple of 16) and partial row passes (rows not a multiple of 8) included.
+    #[test]
+    fn panels_equal_the_dequantized_product() {
+        if !available() {
+            eprintln!("this CPU has no AVX-512 VNNI: the panels never run here");
+            return;
+        }
+        for (dtype, kind, n, k, rows) in [
+            (GgmlDType::Q4_1, Blocks::Q4_1, 37, 576, 11),
+            (GgmlDType::Q8_0, Blocks::Q8_0, 35, 640, 9),
+            (GgmlDType::Q4K, Blocks::Q4K, 21, 512, 13),
+        ] {
+            let weight = Tensor::from_vec(random(n * k, 5), (n, k), &Device::Cpu).unwrap();
+            let q = QTensor::quantize(&weight, dtype).unwrap();
+            let data = q.data().unwrap().to_vec();
+            let dense = q
+                .dequantize(&Device::Cpu)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            let lhs = random(rows * k, 9);
+            let xs = Activations::quantize(&lhs, k);
+            let ours = matmul(kind, &data, n, k, &xs, rows);
+            for r in 0..rows {
+                for c in 0..n {
+                    let exact: f32 = (0..k)
+                        .map(|i| {
+                            let x = xs.d[(r * k + i) / BLOCK] * f32::from(xs.q[r * k + i]);
+                            x * dense[c * k + i]
+                        })
+                        .sum();
+                    // The offset term meets `s = f16(d·Σq)`: half an f16 ulp (2^-11 of
+                    // |s|) per block, times the block's largest weight at most.
+                    let rounding: f32 = (0..k / BLOCK)
+                        .map(|b| {
+                            let block = r * k / BLOCK + b;
+                            let largest = dense[c * k + b * BLOCK..c * k + (b + 1) * BLOCK]
+                                .iter()
+                                .fold(0f32, |m, w| m.max(w.abs()));
+                            let rounded = if kind == Blocks::Q4_1 {
+                                xs.s[block]
+                            } else {
+                                0.0
+                            };
+                            rounded.abs() * largest / 2048.0
+                        })
+                        .sum();
+                    let got = ours[r * n + c];
+                    assert!(
+                        (got - exact).abs() <= rounding + 1e-4 * exact.abs().max(1.0),
+                        "{kind:?} ({r}, {c}): panel {got} vs {exact} (rounding {rounding})"
+                    );
+                }
+            }
+        }
+    }
+}
