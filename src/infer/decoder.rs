@@ -561,6 +561,26 @@ impl DecoderModel {
     }
 
     fn mlp(&self, layer: &Layer, xs: &Tensor) -> CResult<Tensor> {
+        // SiLU-gated with gate and up in one matmul, on CPU: one fused pass over both
+        // halves (`tabcontam_kernels::activation`) instead of candle's three.
+        if let Projection::Fused { linear, sizes } = &layer.mlp_in
+            && self.spec.gated_mlp
+            && self.spec.activation == Activation::Silu
+            && sizes.len() == 2
+            && sizes[0] == sizes[1]
+            && xs.device().is_cpu()
+            && xs.dtype() == DType::F32
+        {
+            let joined = linear.forward(xs)?;
+            let mut dims = joined.dims().to_vec();
+            let hidden = sizes[0];
+            let rows = joined.elem_count() / (2 * hidden);
+            let values = joined.flatten_all()?.to_vec1::<f32>()?;
+            let product = tabcontam_kernels::activation::silu_mul(&values, rows, hidden);
+            *dims.last_mut().expect("a feature dim") = hidden;
+            let hidden = Tensor::from_vec(product, dims, xs.device())?;
+            return layer.down.forward(&hidden);
+        }
         let inputs = layer.mlp_in.forward(xs)?;
         let hidden = if self.spec.gated_mlp {
             (self.spec.activation.apply(&inputs[0])? * &inputs[1])?

@@ -10,6 +10,7 @@
 
 use rayon::prelude::*;
 
+pub mod activation;
 pub mod adamw;
 pub mod attention;
 pub mod cpu;

@@ -166,10 +166,13 @@ fn quantize_block_avx512(x: &[f32; BLOCK], q: &mut [i8; BLOCK]) -> (f32, i32) {
                 _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(scaled);
             let fraction = _mm512_abs_ps(_mm512_sub_ps(scaled, truncated));
             let step_away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(fraction, _mm512_set1_ps(0.5));
-            let unit = _mm512_or_ps(
-                _mm512_set1_ps(1.0),
-                _mm512_and_ps(scaled, _mm512_set1_ps(-0.0)),
-            );
+            // ±1 with the sign of the value (integer operations: AVX-512 F has no float
+            // `or`, which would need DQ).
+            let sign = _mm512_and_si512(_mm512_castps_si512(scaled), _mm512_set1_epi32(i32::MIN));
+            let unit = _mm512_castsi512_ps(_mm512_or_si512(
+                _mm512_castps_si512(_mm512_set1_ps(1.0)),
+                sign,
+            ));
             let rounded = _mm512_mask_add_ps(truncated, step_away, truncated, unit);
             let codes = _mm512_cvttps_epi32(rounded);
             sum += _mm512_reduce_add_epi32(codes);

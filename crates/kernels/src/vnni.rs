@@ -95,6 +95,13 @@ impl Tile {
         }
     }
 
+    /// Room for `blocks` blocks (every byte is rewritten by [`Tile::fill`]).
+    fn resize(&mut self, blocks: usize) {
+        self.codes.resize(blocks * GROUPS * 64, 0);
+        self.scales.resize(blocks * TILE, 0.0);
+        self.minimums.resize(blocks * TILE, 0.0);
+    }
+
     /// Weight rows `first..first + columns` (≤ 16) of `data` in the panel layout.
     fn fill(&mut self, kind: Blocks, data: &[u8], k: usize, first: usize, columns: usize) {
         let row_bytes = kind.row_bytes(k);
@@ -199,27 +206,36 @@ pub fn matmul(
     } else {
         &xs.sums
     };
-    let mut out = vec![0f32; rows * n];
+    // Every value is written below (each tile's columns for every row): no zeroing.
+    let mut out: Vec<f32> = Vec::with_capacity(rows * n);
     let target = SharedOut(out.as_mut_ptr());
-    (0..n.div_ceil(TILE)).into_par_iter().for_each_init(
-        || Tile::new(k / BLOCK),
-        |tile, t| {
+    (0..n.div_ceil(TILE)).into_par_iter().for_each(|t| {
+        TILE_BUFFER.with_borrow_mut(|tile| {
+            tile.resize(k / BLOCK);
             let first = t * TILE;
             let columns = TILE.min(n - first);
             tile.fill(kind, data, k, first, columns);
             let mut row = 0;
             while row < rows {
                 let count = ROWS_PER_PASS.min(rows - row);
-                // SAFETY: as above; rows `row..row + count` exist in `xs`, and this task
-                // alone writes columns `first..first + columns` of `out` (one tile each).
+                // SAFETY: `available()` was asserted (AVX-512 F/BW/VL and VNNI); rows
+                // `row..row + count` exist in `xs`, the tile holds `k / 32` blocks, and this
+                // task alone writes columns `first..first + columns` of `out`.
                 unsafe {
                     avx512::panel(tile, xs, code_sums, row, count, target, n, first, columns)
                 };
                 row += count;
             }
-        },
-    );
+        })
+    });
+    // SAFETY: the tiles cover columns 0..n and each wrote them for rows 0..rows.
+    unsafe { out.set_len(rows * n) };
     out
+}
+
+thread_local! {
+    /// Each pool thread's tile, reused from call to call (a prefill makes hundreds).
+    static TILE_BUFFER: std::cell::RefCell<Tile> = std::cell::RefCell::new(Tile::new(0));
 }
 
 /// The output matrix, written by every tile's task at its own columns.
