@@ -296,6 +296,12 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(leftovers, ["calibration.md"], "the atomic write left files");
+    // `--card` puts it elsewhere (over the spec's key), the same bytes.
+    let elsewhere = env.path("elsewhere/card.md");
+    let mut with_flag = calibrate.to_vec();
+    with_flag.extend(["--card", elsewhere.to_str().unwrap()]);
+    env.ok(&with_flag);
+    assert_eq!(std::fs::read(&elsewhere).unwrap(), card);
 
     report_with_card(&env, &cache, &card_path);
 }
@@ -403,6 +409,58 @@ fn report_with_card(env: &Env, cache: &Path, card: &Path) {
         tex.contains("minimum detectable dose not reached (sensitivity 1/1 (1.00, 0.21--1.00) at dose 100): ``not detected'' says little"),
         "{tex}"
     );
+
+    // The card's path is shown as given: escaped in HTML and LaTeX (a hostile name prints
+    // literally), and the LaTeX report with the calibration column compiles.
+    let hostile = env.path("card<b>&_%$#{x}.md");
+    std::fs::copy(card, &hostile).unwrap();
+    let odd = env.path("report-odd");
+    env.ok(&[
+        "report",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--out",
+        odd.to_str().unwrap(),
+        "--format",
+        "html,latex",
+        "--calibration",
+        hostile.to_str().unwrap(),
+    ]);
+    let html = std::fs::read_to_string(odd.join("report.html")).unwrap();
+    assert!(
+        html.contains("card&#60;b&#62;&#38;_%$#{x}.md</code>"),
+        "{html}"
+    );
+    assert!(!html.contains("card<b>"), "{html}");
+    let tex = std::fs::read_to_string(odd.join("report.tex")).unwrap();
+    assert!(
+        tex.contains(
+            "card\\textless{}b\\textgreater{}\\&\\_\\%\\ensuremath{\\mathdollar}\\#\\{x\\}.md"
+        ),
+        "{tex}"
+    );
+    let pdflatex = std::process::Command::new("pdflatex")
+        .arg("--version")
+        .output();
+    if pdflatex.is_ok_and(|o| o.status.success()) {
+        let output = std::process::Command::new("pdflatex")
+            .args([
+                "-no-shell-escape",
+                "-interaction=nonstopmode",
+                "-halt-on-error",
+                "report.tex",
+            ])
+            .current_dir(&odd)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "pdflatex failed:\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    } else {
+        eprintln!("notice: no pdflatex; report.tex with a card not compiled");
+    }
 
     // The study's cache serves as well as its card (computed on the spot).
     let from_cache = env.path("report-cache");

@@ -505,6 +505,127 @@ mod tests {
         assert!((got - by_hand).abs() < 1e-12, "{got} vs {by_hand}");
     }
 
+    fn model(id: &str, exposure: serde_json::Value) -> ModelRow {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "label": id, "family": null, "backend": "local", "model": id,
+            "revision": id, "release_date": null, "training_cutoff": null,
+            "exposure": exposure, "updated_at": null,
+        }))
+        .unwrap()
+    }
+
+    fn membership(model: &str, dataset: &str, seed: u64, p: f64) -> CellRow {
+        CellRow {
+            source: OWN_SOURCE.into(),
+            model: model.into(),
+            dataset: dataset.into(),
+            test: TestId::Membership,
+            serialization: Some("the-is".into()),
+            seed,
+            result: crate::probe::CellResult {
+                passed: false,
+                score: 0.5,
+                trials: 10,
+                passed_trials: 5,
+                invalid_trials: 0,
+                trial_chance: None,
+            },
+            samples: Vec::new(),
+            skipped: None,
+            echo_trials: Some(0),
+            chance: Some(crate::probe::chance::Chance {
+                level: Some(p),
+                basis: "binomial".into(),
+            }),
+            run_id: None,
+        }
+    }
+
+    fn detector(model: &str, dataset: &str, seed: u64, p_value: f64) -> LikelihoodCellRow {
+        LikelihoodCellRow {
+            model: model.into(),
+            dataset: dataset.into(),
+            test: "likelihood-min-k".into(),
+            serialization: "the-is".into(),
+            seed,
+            method: "local".into(),
+            stats: Some(crate::likelihood::DetectorStats {
+                positives: 100,
+                negatives: 100,
+                auroc: 0.9,
+                auroc_low: 0.85,
+                auroc_high: 0.95,
+                tpr_at_5_fpr: 0.5,
+                tpr_low: 0.4,
+                tpr_high: 0.6,
+                p_value,
+                roc: Vec::new(),
+            }),
+            skipped: None,
+            // The blind classifier tells the groups apart as well: strict drops it.
+            blind: Some(crate::likelihood::BlindAuroc {
+                positives: 100,
+                negatives: 100,
+                auroc: 0.93,
+                auroc_low: 0.9,
+                auroc_high: 0.96,
+            }),
+            run_id: None,
+        }
+    }
+
+    /// Membership detects by its p-value, a likelihood detector by its permutation
+    /// p-value (and under `strict` only above the blind baseline); tests the study did not
+    /// run have no row. Twelve seeds: 12/12 detected at dose 2 (Wilson lower bound 0.76)
+    /// against 0/24 false alarms (upper bound 0.14).
+    #[test]
+    fn membership_and_likelihood_rows_follow_their_own_detection_rules() {
+        let models = vec![
+            model("base", serde_json::json!({"trained_on": [], "dose": 0.0})),
+            model(
+                "ckpt",
+                serde_json::json!({"trained_on": ["toy"], "dose": 2.0, "base": "base"}),
+            ),
+        ];
+        let mut cells = Vec::new();
+        let mut likelihood = Vec::new();
+        for seed in 0..12 {
+            cells.push(membership("ckpt", "toy", seed, 0.001));
+            cells.push(membership("base", "toy", seed, 0.4));
+            cells.push(membership("ckpt", "synthetic-1-10", seed, 0.6));
+            likelihood.push(detector("ckpt", "toy", seed, 0.001));
+            likelihood.push(detector("base", "toy", seed, 0.3));
+            likelihood.push(detector("ckpt", "synthetic-1-10", seed, 0.5));
+        }
+        let (_, card) = card_from_rows(&models, &cells, &[], &likelihood, "the-is").unwrap();
+        let ids: Vec<&str> = card.tests.iter().map(|t| t.test.as_str()).collect();
+        assert_eq!(ids, ["membership", "likelihood-min-k"]);
+        for t in &card.tests {
+            assert_eq!(t.sensitivity[0].sensitivity.hits, 12, "{t:?}");
+            assert_eq!(t.sensitivity[0].sensitivity.total, 12, "{t:?}");
+            assert_eq!((t.false_positives.hits, t.false_positives.total), (0, 24));
+            assert_eq!(t.synthetic_false_positives.total, 12);
+            assert_eq!(t.minimum_detectable_dose, Some(2.0), "{t:?}");
+        }
+        assert_eq!(card.tests[0].number, Some(10));
+        assert_eq!(card.tests[0].minimum_detectable_dose_strict, Some(2.0));
+        assert_eq!(card.tests[1].number, None);
+        assert_eq!(card.tests[1].minimum_detectable_dose_strict, None);
+        assert_eq!((card.checkpoints, card.base_models), (1, 1));
+
+        // A report of these tests finds its rows; a report of other tests is refused. (The
+        // Markdown round trip is `report --calibration` in tests/contamination.rs.)
+        let found = check_against(&card, Path::new("c.md"), &["membership".into()]).unwrap();
+        assert_eq!(found.len(), 1);
+        let refused = check_against(&card, Path::new("c.md"), &["header".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.starts_with("c.md: none of the report's tests (header) was measured by this calibration (it has membership, likelihood-min-k)"),
+            "{refused}"
+        );
+    }
+
     #[test]
     fn a_card_without_its_block_or_with_broken_json_is_refused() {
         assert_eq!(parse_card("# Calibration\n"), Err(ParseError::NoBlock));
