@@ -404,6 +404,11 @@ fn report_with_card(env: &Env, cache: &Path, card: &Path) {
         html.contains("Calibration of the tests (card <code>"),
         "{html}"
     );
+    // The sections of verdicts link to it.
+    assert!(
+        html.contains(r##"<a href="#calibration-card">calibration of the tests</a>"##),
+        "{html}"
+    );
     let tex = std::fs::read_to_string(out.join("report.tex")).unwrap();
     assert!(
         tex.contains("minimum detectable dose not reached (sensitivity 1/1 (1.00, 0.21--1.00) at dose 100): ``not detected'' says little"),
