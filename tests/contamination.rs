@@ -412,6 +412,14 @@ fn report_with_card(env: &Env, cache: &Path, card: &Path) {
         html.contains("Calibration of the tests (card <code>"),
         "{html}"
     );
+    // The pass rates per test say from which dose each test detects.
+    assert!(
+        html.lines().any(
+            |l| l.starts_with(r#"<tr><td class="text">8 Full completion</td>"#)
+                && l.ends_with("<td>not reached</td></tr>")
+        ),
+        "{html}"
+    );
     // The sections of verdicts link to it.
     assert!(
         html.contains(r##"<a href="#calibration-card">calibration of the tests</a>"##),

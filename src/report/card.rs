@@ -279,6 +279,22 @@ impl CardInReport {
             .collect()
     }
 
+    /// `≥ 16` (the minimum detectable dose under the report's profile), `not reached`, or
+    /// `–` when the card did not measure `test`.
+    pub fn detects_from(&self, test: &str, scoring: Scoring) -> String {
+        let Some(t) = self.card.test(test) else {
+            return "–".to_string();
+        };
+        let minimum = match Self::strict(scoring) {
+            true => t.minimum_detectable_dose_strict,
+            false => t.minimum_detectable_dose,
+        };
+        minimum.map_or_else(
+            || "not reached".to_string(),
+            |d| format!("≥ {}", format_dose(d)),
+        )
+    }
+
     /// The note of `test` (an id), when the card measured it.
     pub fn note_of(&self, test: &str, scoring: Scoring) -> Option<String> {
         self.card.test(test).map(|t| note(t, Self::strict(scoring)))

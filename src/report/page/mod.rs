@@ -190,6 +190,10 @@ impl Page {
                     passed: r.passed,
                     cells: r.cells,
                     rate: opt(r.rate),
+                    calibration: options
+                        .calibration
+                        .as_ref()
+                        .map(|c| c.detects_from(&r.key, analysis.scoring)),
                 })
                 .collect(),
             dataset_rates: analysis
@@ -200,6 +204,7 @@ impl Page {
                     passed: r.passed,
                     cells: r.cells,
                     rate: opt(r.rate),
+                    calibration: None,
                 })
                 .collect(),
             accuracy_tables: accuracy_tables(analysis, &datasets, &anchors),
