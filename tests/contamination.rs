@@ -533,10 +533,18 @@ fn report_with_card(env: &Env, cache: &Path, card: &Path) {
                 ),
             "none of the report's tests",
         ),
+        // Not written: a card that is not there.
+        (
+            "missing.md",
+            String::new(),
+            "cannot read the calibration card",
+        ),
     ];
     for (name, contents, message) in cases {
         let path = env.path(name);
-        std::fs::write(&path, contents).unwrap();
+        if name != "missing.md" {
+            std::fs::write(&path, contents).unwrap();
+        }
         let out = env.run(&[
             "report",
             "--cache",
