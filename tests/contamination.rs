@@ -216,7 +216,8 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
              tests = [\"full-completion\", \"incomplete-completion\"]\n\
              \n[[models]]\nid = \"base\"\nbackend = \"local\"\nmodel = \"{}\"\n\
              \n[calibration]\nbase = \"base\"\ntreatments = [\"tiny-orchard\"]\ndoses = [100]\n\
-             windows = \"mixed\"\nlr = 1e-3\nbatch_size = 1\nseq_len = 128\nseed = 3\nout = \"studies\"\n",
+             windows = \"mixed\"\nlr = 1e-3\nbatch_size = 1\nseq_len = 128\nseed = 3\nout = \"studies\"\n\
+             card = \"docs/calibration.md\"\n",
             base.display()
         ),
     )
@@ -274,11 +275,292 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
     assert_eq!(checkpoint_row.step, manifest["step"].as_u64());
     drop(store);
 
-    // Again: nothing is trained or sent.
+    // Issue 24 item 5: the card, written from the cache beside the spec (its `card` key).
+    let card_path = env.path("docs/calibration.md");
+    assert!(stderr.contains("wrote the calibration card"), "{stderr}");
+    let card = std::fs::read(&card_path).unwrap();
+    check_card(&String::from_utf8_lossy(&card));
+
+    // Again: nothing is trained or sent, and the card is rewritten byte for byte.
     let out = env.run(&calibrate);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains(" cached, 0 sent,"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&card_path).unwrap(),
+        card,
+        "a second calibrate wrote another card"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(card_path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, ["calibration.md"], "the atomic write left files");
+    // `--card` puts it elsewhere (over the spec's key), the same bytes.
+    let elsewhere = env.path("elsewhere/card.md");
+    let mut with_flag = calibrate.to_vec();
+    with_flag.extend(["--card", elsewhere.to_str().unwrap()]);
+    env.ok(&with_flag);
+    assert_eq!(std::fs::read(&elsewhere).unwrap(), card);
+
+    report_with_card(&env, &cache, &card_path);
+}
+
+/// The card of the tiny study: its spec, base, treatment (with entropy per row), one row
+/// per test run with the trained dataset's detection at dose 100 (1 of 1: its Wilson lower
+/// bound 0.21 does not clear the false positives' upper bound 0.43, so the minimum
+/// detectable dose is not reached), and its JSON block.
+fn check_card(card: &str) {
+    // The whole card, the spec's digest aside (the spec names the temporary base folder).
+    let digest = card
+        .split_once("blake3 `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(hex, _)| hex.to_string())
+        .unwrap();
+    assert_eq!(digest.len(), 64, "{card}");
+    insta::assert_snapshot!("calibration-card", card.replace(&digest, "<spec blake3>"));
+    assert!(
+        card.starts_with("# Calibration card: tiny-study\n"),
+        "{card}"
+    );
+    assert!(card.contains("- Spec: tiny-study, blake3 `"), "{card}");
+    assert!(card.contains("- Base model: base, revision "), "{card}");
+    assert!(
+        card.contains("- Doses (epochs over the treated data): 100\n"),
+        "{card}"
+    );
+    // tiny-orchard: 7 rows of unique names (log2 7 = 2.807 bits), colours (2.807), sizes
+    // (2.807), weights (2.807) and kinds alpha, beta, gamma ×2, delta ×1: 1.950 bits.
+    assert!(
+        card.contains("| 1 | tiny-orchard | 7 | 5 | 13.2 |"),
+        "entropy per row: {card}"
+    );
+    for test in ["7 incomplete-completion", "8 full-completion"] {
+        let row = card
+            .lines()
+            .find(|l| l.starts_with(&format!("| {test} |")))
+            .unwrap_or_else(|| panic!("no row for {test}: {card}"));
+        assert_eq!(
+            row,
+            format!(
+                "| {test} | 1/1 (1.00, 0.21–1.00) | 0/5 (0.00, 0.00–0.43) | 0/2 (0.00, 0.00–0.66) | not reached | not reached |"
+            ),
+            "{card}"
+        );
+    }
+    let block = card
+        .split_once("<!-- tabcontam-calibration-card -->\n```json\n")
+        .unwrap()
+        .1;
+    let json: serde_json::Value =
+        serde_json::from_str(block.split_once("\n```").unwrap().0).unwrap();
+    assert_eq!(json["spec"]["name"], "tiny-study");
+    assert_eq!(json["doses"], serde_json::json!([100.0]));
+    assert_eq!(json["checkpoints"], 1);
+}
+
+/// Issue 24 item 6: `report --calibration` with the card (and with the cache itself) puts
+/// each test's measured figures in scores.json, report.html and report.tex; a card that is
+/// not one, or that measured none of the report's tests, is a one-line error.
+fn report_with_card(env: &Env, cache: &Path, card: &Path) {
+    let out = env.path("report-card");
+    env.ok(&[
+        "report",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--calibration",
+        card.to_str().unwrap(),
+    ]);
+    let scores: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("scores.json")).unwrap()).unwrap();
+    let test = |id: &str| {
+        scores["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let full = &test("full-completion")["calibration"];
+    assert_eq!(full["dose"], 100.0, "{full}");
+    assert_eq!(
+        full["minimum_detectable_dose"],
+        serde_json::Value::Null,
+        "{full}"
+    );
+    assert_eq!(full["sensitivity"]["hits"], 1, "{full}");
+    assert_eq!(full["false_positives"]["total"], 5, "{full}");
+    assert!(test("membership").get("calibration").is_none());
+    assert_eq!(
+        scores["calibration_card"]["tests"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let note = "minimum detectable dose not reached (sensitivity 1/1 (1.00, 0.21–1.00) at dose 100): “not detected” says little; false positives 0/5 (0.00, 0.00–0.43)";
+    assert_eq!(full["note"], note);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains(&format!("<td class=\"text\">{note}</td>")),
+        "{html}"
+    );
+    assert!(
+        html.contains("Calibration of the tests (card <code>"),
+        "{html}"
+    );
+    // The pass rates per test say from which dose each test detects.
+    assert!(
+        html.lines().any(
+            |l| l.starts_with(r#"<tr><td class="text">8 Full completion</td>"#)
+                && l.ends_with("<td>not reached</td></tr>")
+        ),
+        "{html}"
+    );
+    // The sections of verdicts link to it.
+    assert!(
+        html.contains(r##"<a href="#calibration-card">calibration of the tests</a>"##),
+        "{html}"
+    );
+    let tex = std::fs::read_to_string(out.join("report.tex")).unwrap();
+    assert!(
+        tex.contains("minimum detectable dose not reached (sensitivity 1/1 (1.00, 0.21--1.00) at dose 100): ``not detected'' says little"),
+        "{tex}"
+    );
+
+    // The card's path is shown as given: escaped in HTML and LaTeX (a hostile name prints
+    // literally), and the LaTeX report with the calibration column compiles.
+    let hostile = env.path("card<b>&_%$#{x}.md");
+    std::fs::copy(card, &hostile).unwrap();
+    let odd = env.path("report-odd");
+    env.ok(&[
+        "report",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--out",
+        odd.to_str().unwrap(),
+        "--format",
+        "html,latex",
+        "--calibration",
+        hostile.to_str().unwrap(),
+    ]);
+    let html = std::fs::read_to_string(odd.join("report.html")).unwrap();
+    assert!(
+        html.contains("card&#60;b&#62;&#38;_%$#{x}.md</code>"),
+        "{html}"
+    );
+    assert!(!html.contains("card<b>"), "{html}");
+    let tex = std::fs::read_to_string(odd.join("report.tex")).unwrap();
+    assert!(
+        tex.contains(
+            "card\\textless{}b\\textgreater{}\\&\\_\\%\\ensuremath{\\mathdollar}\\#\\{x\\}.md"
+        ),
+        "{tex}"
+    );
+    let pdflatex = std::process::Command::new("pdflatex")
+        .arg("--version")
+        .output();
+    if pdflatex.is_ok_and(|o| o.status.success()) {
+        let output = std::process::Command::new("pdflatex")
+            .args([
+                "-no-shell-escape",
+                "-interaction=nonstopmode",
+                "-halt-on-error",
+                "report.tex",
+            ])
+            .current_dir(&odd)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "pdflatex failed:\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    } else {
+        eprintln!("notice: no pdflatex; report.tex with a card not compiled");
+    }
+
+    // The study's cache serves as well as its card (computed on the spot).
+    let from_cache = env.path("report-cache");
+    env.ok(&[
+        "report",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--out",
+        from_cache.to_str().unwrap(),
+        "--format",
+        "json",
+        "--calibration",
+        cache.to_str().unwrap(),
+    ]);
+    let scores: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(from_cache.join("scores.json")).unwrap())
+            .unwrap();
+    // Every model of the cache with a declared exposure counts: the first part's `trained`
+    // (the same checkpoint, its manifest read) beside the study's own, 2 of 2 at dose 100.
+    let from_cache = scores["calibration_card"]["tests"][1]["note"]
+        .as_str()
+        .unwrap();
+    assert!(
+        from_cache.starts_with(
+            "minimum detectable dose not reached (sensitivity 2/2 (1.00, 0.34–1.00) at dose 100)"
+        ),
+        "{from_cache}"
+    );
+
+    // Bad cards: one line naming the file and the fix.
+    let text = std::fs::read_to_string(card).unwrap();
+    let cases = [
+        (
+            "corrupt.md",
+            text.replace("\"checkpoints\": 1", "\"checkpoints\": one"),
+            "corrupt calibration card",
+        ),
+        (
+            "notes.md",
+            "# My notes\n".to_string(),
+            "not a calibration card",
+        ),
+        (
+            "other.md",
+            text.replace("\"test\": \"full-completion\"", "\"test\": \"header\"")
+                .replace(
+                    "\"test\": \"incomplete-completion\"",
+                    "\"test\": \"first-token\"",
+                ),
+            "none of the report's tests",
+        ),
+        // Not written: a card that is not there.
+        (
+            "missing.md",
+            String::new(),
+            "cannot read the calibration card",
+        ),
+    ];
+    for (name, contents, message) in cases {
+        let path = env.path(name);
+        if name != "missing.md" {
+            std::fs::write(&path, contents).unwrap();
+        }
+        let out = env.run(&[
+            "report",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--out",
+            env.path("bad").to_str().unwrap(),
+            "--calibration",
+            path.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{name}: {stderr}");
+        assert!(stderr.contains(message), "{name}: {stderr}");
+        assert!(stderr.contains(path.to_str().unwrap()), "{name}: {stderr}");
+        assert!(stderr.contains("tabcontam calibrate"), "{name}: {stderr}");
+    }
 }
 
 /// Issue 11 item 6 on a checkpoint whose ground truth is known: trained on 70 % of a

@@ -13,7 +13,7 @@ use crate::probe::TestId;
 use crate::store::CellRow;
 
 /// A count of detections (or correct answers) out of a total, with its Wilson interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Rate {
     pub hits: u64,
     pub total: u64,
@@ -50,7 +50,7 @@ impl Rate {
 }
 
 /// Sensitivity at one dose.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DoseRate {
     pub dose: f64,
     #[serde(flatten)]

@@ -11,6 +11,7 @@
 //! byte-identical numbers (DuckDB's parallel floating-point sums need not).
 
 pub mod calibration;
+pub mod card;
 pub mod diff;
 pub mod dose_response;
 pub mod evidence;

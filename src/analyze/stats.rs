@@ -8,7 +8,7 @@ use serde::Serialize;
 const Z_95: f64 = 1.959_963_984_540_054;
 
 /// A 95 % confidence interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Interval {
     pub low: f64,
     pub high: f64,

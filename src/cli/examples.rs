@@ -12,7 +12,7 @@ pub const CALIBRATE: &str = "\
 Examples:
   tabcontam calibrate experiments/calibration-smollm2.toml
   tabcontam calibrate study.toml --train-only
-  tabcontam calibrate study.toml --json > calibration.json";
+  tabcontam calibrate study.toml --card results/calibration.md --json > calibration.json";
 
 pub const ROWS: &str = "\
 Examples:
@@ -93,7 +93,7 @@ Examples:
 pub const REPORT: &str = "\
 Examples:
   tabcontam report
-  tabcontam report --format html,md --out reports/demo
+  tabcontam report --format html,md --out reports/demo --calibration docs/calibration.md
   tabcontam report --format latex,csv --serialization colon --scoring strict";
 
 pub const SITE: &str = "\

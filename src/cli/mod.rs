@@ -143,6 +143,11 @@ pub struct CalibrateArgs {
     /// Print the calibration (per test, the matrix, membership seen vs held out) as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Where to write the calibration card (Markdown with a JSON block; `report
+    /// --calibration` reads it). Default: the `[calibration]` table's `card` (relative to
+    /// the spec), else docs/calibration.md.
+    #[arg(long, value_name = "PATH")]
+    pub card: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -582,6 +587,11 @@ pub struct ReportArgs {
     /// a hundred; the paper grid's page is about 6 MB with 5.
     #[arg(long, value_name = "N", default_value_t = crate::analyze::explorer::DEFAULT_TRIALS_SHOWN)]
     pub explorer_trials: usize,
+    /// A calibration card written by `tabcontam calibrate` (e.g. docs/calibration.md), or
+    /// a calibration study's cache: beside every test's verdicts the report shows that
+    /// test's measured sensitivity and false-positive rate, and the smallest dose it detects.
+    #[arg(long, value_name = "PATH")]
+    pub calibration: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -51,10 +51,17 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         pin_served: false,
     };
     let spec = Spec::load(&args.spec)?;
+    let spec_dir = spec.path.parent().unwrap_or(std::path::Path::new("."));
+    let card = spec
+        .calibration
+        .as_ref()
+        .map(|c| c.card_path(args.card.as_deref(), spec_dir))
+        .unwrap_or_default();
     let study = run_study(
         &spec,
         &settings,
         args.train_only,
+        &card,
         &mut Announce,
         &mut |line| eprintln!("{line}"),
     )?;
@@ -71,6 +78,13 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<ExitCode> {
         report.counts.failed,
         report.wall.as_secs_f64()
     );
+    if let Some((card, path)) = &study.card {
+        eprintln!(
+            "wrote the calibration card {} ({} tests)",
+            path.display(),
+            card.tests.len()
+        );
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &calibration)?;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+use crate::analyze::card::card_for_report;
 use crate::analyze::{Analysis, DEFAULT_SERIALIZATION, Options as AnalyzeOptions, analyze_store};
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::report::{self, Format};
@@ -31,8 +32,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             ReportFormat::Md => Format::Markdown,
         })
         .collect();
+    let calibration = match &args.calibration {
+        Some(path) => Some(report::card::CardInReport {
+            card: card_for_report(path, &analysis)?,
+            source: path.display().to_string(),
+        }),
+        None => None,
+    };
     let options = report::Options {
         timestamp: args.timestamp.then(report::utc_now),
+        calibration,
     };
     let files = report::render(&analysis, &formats, &options)?;
     report::write(&args.out, &files)?;

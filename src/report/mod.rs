@@ -11,6 +11,7 @@
 //! from user specs): HTML and LaTeX templates escape every interpolation automatically
 //! (askama's HTML escaper; [`tex::Tex`] for `.tex`), plotters escapes SVG text, CSV quotes.
 
+pub mod card;
 mod csv;
 mod evidence_page;
 pub mod explorer;
@@ -45,6 +46,9 @@ pub enum Format {
 pub struct Options {
     /// Printed in the reports when set (e.g. `2026-11-22T12:00:00Z`).
     pub timestamp: Option<String>,
+    /// A calibration card (`report --calibration`): each test's measured sensitivity and
+    /// false-positive rate beside its verdicts.
+    pub calibration: Option<card::CardInReport>,
 }
 
 /// One output file: a name inside the output folder and its contents.
@@ -116,7 +120,9 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         sample_rule: SampleRuleJson,
         models: Vec<ModelJson<'a>>,
         grid: &'a [crate::analyze::GridCell],
-        tests: &'a [crate::analyze::TestInfo],
+        /// The twelve tests; with `--calibration`, each measured one has a `calibration`
+        /// object (the card's figures at its reference dose).
+        tests: Vec<TestJson<'a>>,
         datasets: &'a [crate::analyze::DatasetInfo],
         test_pass_rates: &'a [crate::analyze::PassRate],
         dataset_pass_rates: &'a [crate::analyze::PassRate],
@@ -148,6 +154,17 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         /// among seeded permutations in every shard and the exact p-value of their sum.
         #[serde(skip_serializing_if = "<[_]>::is_empty")]
         row_order: &'a [crate::store::RowOrderCellRow],
+        /// With `--calibration`: the card named and every test of the report it measured
+        /// (tests 13–16 and the likelihood detectors included).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        calibration_card: Option<card::CardJson>,
+    }
+    #[derive(Serialize)]
+    struct TestJson<'a> {
+        #[serde(flatten)]
+        info: &'a crate::analyze::TestInfo,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        calibration: Option<card::TestCalibrationJson>,
     }
     #[derive(Serialize)]
     struct LikelihoodJson<'a> {
@@ -254,7 +271,17 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
         },
         models: analysis.series.iter().map(model).collect(),
         grid: &analysis.grid,
-        tests: &analysis.tests,
+        tests: analysis
+            .tests
+            .iter()
+            .map(|info| TestJson {
+                info,
+                calibration: options
+                    .calibration
+                    .as_ref()
+                    .and_then(|c| c.test_json(&info.id, analysis.scoring)),
+            })
+            .collect(),
         datasets: &analysis.datasets,
         test_pass_rates: &analysis.test_pass_rates,
         dataset_pass_rates: &analysis.dataset_pass_rates,
@@ -298,6 +325,7 @@ fn scores_json<'a>(analysis: &'a Analysis, options: &'a Options) -> anyhow::Resu
             })
             .collect(),
         row_order: &analysis.row_order,
+        calibration_card: options.calibration.as_ref().map(|c| c.json(analysis)),
     };
     let mut text = serde_json::to_string_pretty(&json).context("serializing scores.json")?;
     text.push('\n');

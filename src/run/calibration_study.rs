@@ -1,6 +1,7 @@
 //! The controlled-contamination study of a spec's `[calibration]` table, end to end, in one
 //! call: every checkpoint (built or reused), the run on the base model and the checkpoints
-//! through the cache, and the calibration of every test over the spec's own models.
+//! through the cache, the calibration of every test over the spec's own models, and the
+//! calibration card written from the cache (`docs/calibration.md` by default).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -9,7 +10,11 @@ use super::local_exec::ensure_weights;
 use super::spec::Spec;
 use super::workflow::{RunObserver, RunReport, RunSettings, run_loaded_experiment};
 use crate::analyze::DEFAULT_SERIALIZATION;
-use crate::analyze::calibration::{Calibration, calibrate};
+use crate::analyze::calibration::Calibration;
+use crate::analyze::card::{
+    Card, CardDataset, CardSpec, CardTreatment, card_from_rows, entropy_per_row,
+};
+use crate::dataset::catalog::Catalog;
 use crate::store::Store;
 use crate::train;
 
@@ -32,15 +37,19 @@ pub struct StudyOutcome {
     pub run: Option<RunReport>,
     /// The calibration table (`None` with `train_only`).
     pub calibration: Option<Calibration>,
+    /// The card and where it was written (`None` with `train_only`).
+    pub card: Option<(Card, PathBuf)>,
 }
 
 /// Runs the study of `spec` (which must have a `[calibration]` table). `run` holds the
 /// cache, data folder and progress of the tests' run (its `spec` is `spec.path`);
-/// `train_log` hears each training line prefixed with its treatment.
+/// `train_log` hears each training line prefixed with its treatment; the card is written
+/// to `card` (see [`CalibrationSpec::card_path`](super::study::CalibrationSpec::card_path)).
 pub fn run_study(
     spec: &Spec,
     run: &RunSettings,
     train_only: bool,
+    card: &Path,
     observer: &mut dyn RunObserver,
     train_log: &mut dyn FnMut(&str),
 ) -> anyhow::Result<StudyOutcome> {
@@ -94,6 +103,7 @@ pub fn run_study(
             series,
             run: None,
             calibration: None,
+            card: None,
         });
     }
 
@@ -123,15 +133,63 @@ pub fn run_study(
         .serializations
         .first()
         .map_or(DEFAULT_SERIALIZATION, |s| s.id.as_str());
-    let Some(calibration) = calibrate(&models, &cells, &trials, primary) else {
+    let likelihood: Vec<_> = store
+        .likelihood_cells()?
+        .into_iter()
+        .filter(|c| ours(&c.model))
+        .collect();
+    let Some((calibration, mut study_card)) =
+        card_from_rows(&models, &cells, &trials, &likelihood, primary)
+    else {
         anyhow::bail!(
             "{}: the cache holds no model with a declared exposure after the run; was it interrupted?",
             run.cache.display()
         );
     };
+
+    // 4. The card: the study's spec, base and treatments beside the measurements.
+    let spec_bytes = std::fs::read(&spec.path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", spec.path.display()))?;
+    study_card.spec = Some(CardSpec {
+        name: spec.name.clone(),
+        blake3: blake3::hash(&spec_bytes).to_hex().to_string(),
+        base: study.base.clone(),
+        base_revision: models
+            .iter()
+            .find(|m| m.id == study.base)
+            .map(|m| m.identity.revision.clone()),
+        training: study.training_summary(spec.seed),
+    });
+    let catalog = Catalog::open(run.data_dir.as_deref())?;
+    study_card.treatments = study
+        .treatments
+        .iter()
+        .map(|t| CardTreatment {
+            datasets: t
+                .datasets()
+                .into_iter()
+                .map(|name| match catalog.load(&name) {
+                    Ok(d) => CardDataset {
+                        rows: d.table.n_rows(),
+                        columns: d.table.n_cols(),
+                        entropy_bits: Some(entropy_per_row(&d.table)),
+                        name,
+                    },
+                    Err(_) => CardDataset {
+                        name,
+                        rows: 0,
+                        columns: 0,
+                        entropy_bits: None,
+                    },
+                })
+                .collect(),
+        })
+        .collect();
+    crate::report::card::write(card, &study_card)?;
     Ok(StudyOutcome {
         series,
         run: Some(report),
         calibration: Some(calibration),
+        card: Some((study_card, card.to_path_buf())),
     })
 }

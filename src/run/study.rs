@@ -11,6 +11,9 @@ use super::model_spec::ModelSpec;
 use crate::request::BackendKind;
 use crate::train::{ContaminationSettings, RowSelection, TextForm, WindowLayout};
 
+/// Where the card goes when neither `--card` nor the `[calibration]` table's `card` says.
+pub const DEFAULT_CARD: &str = "docs/calibration.md";
+
 /// The `[calibration]` table.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -47,6 +50,10 @@ pub struct CalibrationSpec {
     /// default `checkpoints/<spec name>`).
     #[serde(default)]
     pub out: Option<PathBuf>,
+    /// Where `tabcontam calibrate` writes the calibration card (relative to the spec;
+    /// default `docs/calibration.md` under the current folder; `--card` overrides both).
+    #[serde(default)]
+    pub card: Option<PathBuf>,
 }
 
 fn default_text() -> String {
@@ -246,6 +253,33 @@ impl CalibrationSpec {
         settings.seq_len = self.seq_len;
         settings.seed = self.seed.unwrap_or(spec_seed);
         Ok(settings)
+    }
+
+    /// Where the card goes: `flag` (`--card`, as given), else the table's `card` (relative
+    /// to the spec's folder), else [`DEFAULT_CARD`].
+    pub fn card_path(&self, flag: Option<&Path>, spec_dir: &Path) -> PathBuf {
+        match (flag, &self.card) {
+            (Some(flag), _) => flag.to_path_buf(),
+            (None, Some(card)) if card.is_absolute() => card.clone(),
+            (None, Some(card)) => spec_dir.join(card),
+            (None, None) => PathBuf::from(DEFAULT_CARD),
+        }
+    }
+
+    /// The training settings in words, for the card.
+    pub fn training_summary(&self, spec_seed: u64) -> String {
+        format!(
+            "text {}, rows {}, windows {}, lr {}, weight decay {}, batch {} × {} accumulated, {} tokens per window, seed {}",
+            self.text,
+            self.rows,
+            self.windows,
+            self.lr,
+            self.weight_decay,
+            self.batch_size,
+            self.grad_accum,
+            self.seq_len,
+            self.seed.unwrap_or(spec_seed)
+        )
     }
 
     /// The series folder of `treatment`, as [`CalibrationSpec::checkpoints`] resolves it.

@@ -41,6 +41,9 @@ pub struct RateRow {
     pub passed: u64,
     pub cells: u64,
     pub rate: String,
+    /// With `report --calibration`, on test rows: the test's minimum detectable dose from
+    /// the card (`≥ 16`, `not reached`; `–` when the card did not measure it).
+    pub calibration: Option<String>,
 }
 
 pub struct TikzSquare {

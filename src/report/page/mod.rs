@@ -71,6 +71,10 @@ pub struct Page {
     pub row_order: Vec<super::likelihood::RowOrderRow>,
     /// Membership cells beside the blind baseline of their rows (empty when none has one).
     pub membership_blind: Vec<super::likelihood::MembershipBlindRow>,
+    /// With `report --calibration`: the card's path as given, and per test it measured
+    /// (tests 1–16, likelihood detectors) its label and what its verdicts mean.
+    pub calibration_source: Option<String>,
+    pub calibration_notes: Vec<(String, String)>,
 }
 
 #[derive(Template)]
@@ -168,6 +172,10 @@ impl Page {
                     name: t.name.clone(),
                     id: t.id.clone(),
                     kind: kind_name(t.kind),
+                    calibration: options
+                        .calibration
+                        .as_ref()
+                        .and_then(|c| c.note_of(&t.id, analysis.scoring)),
                 })
                 .collect(),
             table2,
@@ -182,6 +190,10 @@ impl Page {
                     passed: r.passed,
                     cells: r.cells,
                     rate: opt(r.rate),
+                    calibration: options
+                        .calibration
+                        .as_ref()
+                        .map(|c| c.detects_from(&r.key, analysis.scoring)),
                 })
                 .collect(),
             dataset_rates: analysis
@@ -192,6 +204,7 @@ impl Page {
                     passed: r.passed,
                     cells: r.cells,
                     rate: opt(r.rate),
+                    calibration: None,
                 })
                 .collect(),
             accuracy_tables: accuracy_tables(analysis, &datasets, &anchors),
@@ -302,6 +315,12 @@ impl Page {
             likelihood: super::likelihood::view(&analysis.likelihood),
             row_order: super::likelihood::row_order_rows(&analysis.row_order),
             membership_blind: super::likelihood::membership_blind_rows(&analysis.evidence),
+            calibration_source: options.calibration.as_ref().map(|c| c.source.clone()),
+            calibration_notes: options
+                .calibration
+                .as_ref()
+                .map(|c| c.notes(analysis))
+                .unwrap_or_default(),
             datasets,
         }
     }

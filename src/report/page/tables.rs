@@ -19,6 +19,9 @@ pub struct TestRow {
     pub name: String,
     pub id: String,
     pub kind: &'static str,
+    /// With `report --calibration`: what the card measured of this test (`None`: not
+    /// measured, or no card).
+    pub calibration: Option<String>,
 }
 
 pub struct Table2Row {
