@@ -86,6 +86,9 @@ pub struct LocalOptions {
     /// dequantizes, for parity checks; 4–8× the memory). By default they stay quantized
     /// and are multiplied block by block (see [`weights::cpu_kernel_type`]).
     pub dequantize: Option<bool>,
+    /// Quantize dense (safetensors) matmul weights at load ([`weights::Quantize`]); GGUF
+    /// weights are multiplied as stored whatever this says.
+    pub quantize: Option<weights::Quantize>,
     /// Wrap each prompt in a simple chat template for instruct models (ChatML, Llama 3,
     /// Gemma, Phi-3 or Mistral, chosen by the tokenizer's special tokens). Off by default:
     /// the paper sends raw prompts.
@@ -103,6 +106,7 @@ impl Default for LocalOptions {
             max_batch: 8,
             prefix_reuse: true,
             dequantize: None,
+            quantize: None,
             chat_template: false,
             top_logprobs: 0,
         }
@@ -187,6 +191,7 @@ impl LocalModel {
                         })?;
                 let tokenizer = TextTokenizer::from_file(&tokenizer_path)?;
                 let mut weights = Weights::open_safetensors(shards, &device, dtype)?;
+                weights.quantize = options.quantize;
                 let network = match architecture {
                     Architecture::Decoder(spec) => {
                         Network::Decoder(Box::new(DecoderModel::load(&mut weights, *spec)?))

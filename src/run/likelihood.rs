@@ -65,6 +65,7 @@ impl Scorer {
                 weights_path(model, spec_dir),
                 LocalOptions {
                     chat_template: false,
+                    quantize: model.quantize,
                     ..LocalOptions::default()
                 },
             ),

@@ -18,7 +18,7 @@ use super::outcome::{Outcome, OutcomeSender};
 use crate::infer::fetch::{
     DEFAULT_MODEL_FILE, Mirrors, SMOLLM2_135M, ensure_model_in, known_model, models_dir,
 };
-use crate::infer::files::{ModelFiles, weights_digest};
+use crate::infer::files::{ModelFiles, WeightFormat, weights_digest};
 use crate::infer::{LocalModel, LocalOptions};
 use crate::llm::error::ErrorClass;
 use crate::request::{GenerationParams, Request};
@@ -59,6 +59,14 @@ pub fn local_revision(model: &ModelSpec, spec_dir: &Path) -> anyhow::Result<Opti
         return Ok(None);
     }
     let files = ModelFiles::locate(&path)?;
+    if let (Some(quantize), WeightFormat::Gguf(file)) = (model.quantize, &files.format) {
+        anyhow::bail!(
+            "model {}: quantize = \"{}\" applies to safetensors weights, and {} is a GGUF file (multiplied as stored): remove the key",
+            model.id,
+            quantize.name(),
+            file.display()
+        );
+    }
     Ok(Some(weights_digest(&files.identity_files())?))
 }
 
@@ -235,6 +243,7 @@ fn generate_model(
             .max_batch
             .unwrap_or(LocalOptions::default().max_batch),
         chat_template: work.spec.chat_template,
+        quantize: work.spec.quantize,
         ..LocalOptions::default()
     };
     bar.set_message("loading");

@@ -73,6 +73,11 @@ pub struct ModelSpec {
     /// Local models: wrap prompts in the model's chat template (off: the paper's raw prompt).
     #[serde(default)]
     pub chat_template: bool,
+    /// Local safetensors models (fine-tuned checkpoints): quantize the matmul weights at
+    /// load (`"q8_0"`), so that a checkpoint runs as fast as a quantized file. Part of the
+    /// model's cache identity: its answers are never taken for the f32 weights'.
+    #[serde(default)]
+    pub quantize: Option<crate::infer::weights::Quantize>,
     /// Sampling temperature (0 = greedy, SPEC §5 default).
     #[serde(default)]
     pub temperature: f64,

@@ -134,10 +134,14 @@ fn params(model: &ModelSpec, prompt: &Prompt, sample: u32) -> GenerationParams {
 
 /// The identity of a model in the cache. `local_revision` supplies the weights digest of
 /// local models (computed by the caller, which may read files): a local model is its digest
-/// alone, whatever path or name the spec gives it.
+/// alone, whatever path or name the spec gives it, plus the quantization it is run with
+/// (`…+q8_0`), which changes its answers.
 pub fn identity(model: &ModelSpec, local_revision: Option<&str>) -> ModelIdentity {
     if let Some(digest) = local_revision {
-        return ModelIdentity::local(digest);
+        return match model.quantize {
+            Some(quantize) => ModelIdentity::local(&format!("{digest}+{}", quantize.name())),
+            None => ModelIdentity::local(digest),
+        };
     }
     let name = model.model.clone().unwrap_or_else(|| model.id.clone());
     ModelIdentity {

@@ -54,6 +54,10 @@ pub struct CalibrationSpec {
     /// default `docs/calibration.md` under the current folder; `--card` overrides both).
     #[serde(default)]
     pub card: Option<PathBuf>,
+    /// How the checkpoints are run: `"q8_0"` quantizes their f32 weights at load (as fast
+    /// as a quantized base; see `docs/guide/calibration.md` for the agreement measured).
+    #[serde(default)]
+    pub quantize: Option<crate::infer::weights::Quantize>,
 }
 
 fn default_text() -> String {
@@ -214,6 +218,7 @@ impl CalibrationSpec {
                 model.family = Some(format!("{}+{}", base.id, c.treatment.slug()));
                 model.model = Some(folder.display().to_string());
                 model.revision = None;
+                model.quantize = self.quantize;
                 model.base = Some(base.id.clone());
                 model.trained_on = None;
                 model.dose = None;

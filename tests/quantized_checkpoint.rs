@@ -1,0 +1,128 @@
+//! A fine-tuned checkpoint run quantized (`quantize = "q8_0"`): the same safetensors folder
+//! under two model entries, f32 and Q8_0, answers under two identities (the quantized
+//! answers are never taken for the f32 weights' and the other way round), both answer
+//! every request, and they agree on most answers; the key on a GGUF file is a one-line
+//! error naming it.
+
+#[path = "support/cli_env.rs"]
+mod cli_env;
+#[path = "support/mock_server.rs"]
+mod mock_server;
+#[path = "support/tiny_llama.rs"]
+mod tiny_llama;
+
+use cli_env::{Env, one_line_error};
+
+#[test]
+fn a_checkpoint_runs_quantized_under_its_own_identity() {
+    let env = Env::new().default_cache();
+    let checkpoint = env.path("checkpoint");
+    tiny_llama::write_tiny_llama(&checkpoint, tiny_llama::VOCAB);
+    let spec = env.spec(
+        "study.toml",
+        &format!(
+            r#"name = "quantized"
+datasets = ["iris"]
+tests = ["incomplete-completion"]
+serializations = ["the-is"]
+
+[[models]]
+id = "f32"
+backend = "local"
+model = "{checkpoint}"
+
+[[models]]
+id = "q8"
+backend = "local"
+model = "{checkpoint}"
+quantize = "q8_0"
+"#,
+            checkpoint = checkpoint.display()
+        ),
+    );
+    let spec = spec.to_str().unwrap();
+    env.ok(&["run", spec, "--quiet"]);
+
+    let cache = rusqlite::Connection::open(env.path("cache/tabcontam.sqlite")).unwrap();
+    let revisions: Vec<String> = cache
+        .prepare("SELECT revision FROM identities WHERE backend = 'local' ORDER BY revision")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(revisions.len(), 2, "{revisions:?}");
+    assert_eq!(
+        revisions[1],
+        format!("{}+q8_0", revisions[0]),
+        "the quantized identity is the weights' digest plus the quantization"
+    );
+    // Both answered every request of the cell, each under its own identity, prompt by
+    // prompt (same prompt, same parameters).
+    let answers = |revision: &str| -> Vec<(i64, String, String)> {
+        cache
+            .prepare(
+                "SELECT q.prompt_id, q.params, r.text FROM responses r \
+                 JOIN requests q ON q.key = r.key JOIN identities i ON i.id = r.identity_id \
+                 WHERE i.revision = ?1 ORDER BY q.prompt_id, q.params",
+            )
+            .unwrap()
+            .query_map([revision], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let full = answers(&revisions[0]);
+    let quantized = answers(&revisions[1]);
+    assert!(!full.is_empty());
+    assert_eq!(
+        full.iter().map(|(p, q, _)| (p, q)).collect::<Vec<_>>(),
+        quantized.iter().map(|(p, q, _)| (p, q)).collect::<Vec<_>>(),
+        "the same requests under both identities"
+    );
+    // 8-bit weights with one scale per 32 move logits by far less than the gaps of most
+    // greedy choices, but the tiny model's random weights write 256 tokens of near ties:
+    // the answers start alike and part later. Every answer's first 16 words agree.
+    let shared_words = |a: &str, b: &str| {
+        a.split(' ')
+            .zip(b.split(' '))
+            .take_while(|(x, y)| x == y)
+            .count()
+    };
+    let shared: Vec<usize> = full
+        .iter()
+        .zip(&quantized)
+        .map(|(a, b)| shared_words(&a.2, &b.2))
+        .collect();
+    assert!(
+        shared.iter().all(|&words| words >= 16),
+        "words shared by the f32 and Q8_0 answers: {shared:?}"
+    );
+
+    // A second run sends nothing: both identities answer from the cache.
+    let again = env.json(&["run", spec, "--json"]);
+    assert_eq!(again["counts"]["sent"], 0, "{again}");
+    assert_eq!(again["counts"]["cached"], again["counts"]["requests"], "{again}");
+
+    // The key on a GGUF file: one line naming the model, the key and the fix.
+    let gguf = env.path("model.gguf");
+    std::fs::write(&gguf, b"GGUF").unwrap();
+    let bad = env.spec(
+        "bad.toml",
+        &format!(
+            r#"name = "bad"
+datasets = ["iris"]
+tests = ["incomplete-completion"]
+
+[[models]]
+id = "quantized-gguf"
+backend = "local"
+model = "{gguf}"
+quantize = "q8_0"
+"#,
+            gguf = gguf.display()
+        ),
+    );
+    let output = env.run(&["run", bad.to_str().unwrap(), "--quiet"]);
+    one_line_error(&output, &["quantized-gguf", "quantize", "remove the key"]);
+}
