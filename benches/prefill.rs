@@ -1,6 +1,6 @@
 //! Prefill throughput on every kernel path this CPU runs, against each path's roofline, in
 //! one run: the demo's prompts (`experiments/demo.toml`, what `tabcontam run` sends) through
-//! SmolLM2-135M Q4_1 with one new token each, scheduled as `tabcontam run` schedules them
+//! SmolLM2-135M Q4_1 (or `BENCH_MODEL=gemma3`, below) with one new token each, scheduled as `tabcontam run` schedules them
 //! (micro-batches, shared prefixes once), prompt tokens per second of prefill time.
 //!
 //! Each path runs in a child process with `TABCONTAM_CPU` forcing it (the level is read once
@@ -8,12 +8,17 @@
 //! inner instruction reaches on this machine, measured in the same child by a register-only
 //! loop on every core at once (no memory traffic): 256-bit FMAs for `avx2` (its prefill is
 //! an f32 GEMM over expanded weights), 512-bit `vpdpbusd` for `avx512` (int8 panels). A
-//! token costs the model's matmul multiply-adds: 2·(q, k, v, o, gate, up, down) per layer
-//! minus nothing for the head (only the last position of a prompt needs it), 106.2 M for
+//! token costs the model's matmul multiply-adds (q, k, v, o, gate, up, down per layer; the
+//! head is left out, since only the last position of a prompt needs it): 106.2 M for
 //! SmolLM2-135M.
 //!
-//! `cargo bench --bench prefill` (env: `TABCONTAM_TEST_ASSETS`, `BENCH_LIMIT` (the first N
-//! requests, default all 318), `BENCH_PATHS` (default every runnable path but `portable`)).
+//! `BENCH_MODEL=gemma3` runs Gemma 3 270M Q4_K_M on `experiments/gemma3.toml` instead
+//! (100.3 M multiply-adds per token: 18 layers of q (640×1024), k and v (640×256 each), o
+//! (1024×640), gate, up and down (640×2048 each)).
+//!
+//! `cargo bench --bench prefill` (env: `TABCONTAM_TEST_ASSETS`, `BENCH_MODEL`, `BENCH_LIMIT`
+//! (the first N requests, default all), `BENCH_PATHS` (default every runnable path but
+//! `portable`)).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,10 +29,37 @@ use tabcontam::infer::{LocalModel, LocalOptions};
 use tabcontam::run::{local_exec, session};
 use tabcontam_kernels::cpu::{CPU_ENV, Isa};
 
-/// Multiply-adds of SmolLM2-135M's matmuls per prompt token: 30 layers of q (576×576),
-/// k and v (576×192 each), o (576×576), gate and up (576×1536 each) and down (1536×576).
-const MACS_PER_TOKEN: f64 =
-    30.0 * (576.0 * 576.0 * 2.0 + 576.0 * 192.0 * 2.0 + 576.0 * 1536.0 * 3.0);
+/// One benchmarked model: its file under the assets' `models/`, the spec whose prompts it
+/// prefills, and its matmul multiply-adds per prompt token.
+struct Bench {
+    label: &'static str,
+    file: &'static str,
+    spec: &'static str,
+    macs_per_token: f64,
+}
+
+const SMOLLM2: Bench = Bench {
+    label: "SmolLM2-135M Q4_1",
+    file: DEFAULT_MODEL_FILE,
+    spec: "experiments/demo.toml",
+    // 30 layers of q (576×576), k and v (576×192 each), o (576×576), gate and up (576×1536
+    // each) and down (1536×576).
+    macs_per_token: 30.0 * (576.0 * 576.0 * 2.0 + 576.0 * 192.0 * 2.0 + 576.0 * 1536.0 * 3.0),
+};
+
+const GEMMA3: Bench = Bench {
+    label: "Gemma 3 270M Q4_K_M",
+    file: "gemma-3-270m-q4_k_m.gguf",
+    spec: "experiments/gemma3.toml",
+    macs_per_token: 18.0 * (640.0 * 1024.0 * 2.0 + 640.0 * 256.0 * 2.0 + 640.0 * 2048.0 * 3.0),
+};
+
+fn bench() -> Bench {
+    match std::env::var("BENCH_MODEL").as_deref() {
+        Ok("gemma3") => GEMMA3,
+        _ => SMOLLM2,
+    }
+}
 
 const CHILD_ENV: &str = "TABCONTAM_BENCH_PREFILL_CHILD";
 
@@ -46,7 +78,8 @@ fn main() {
         // SAFETY: first thing in `main`, before any other thread exists (as src/main.rs).
         unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
     }
-    let model = assets_dir().join("models").join(DEFAULT_MODEL_FILE);
+    let bench = bench();
+    let model = assets_dir().join("models").join(bench.file);
     if !model.is_file() {
         let message = format!(
             "{} missing (scripts/ci-install-local-models.sh)",
@@ -60,7 +93,7 @@ fn main() {
         return;
     }
     if std::env::var_os(CHILD_ENV).is_some() {
-        child(&model);
+        child(&model, bench.spec);
         return;
     }
     let paths: Vec<String> = std::env::var("BENCH_PATHS").map_or_else(
@@ -75,8 +108,10 @@ fn main() {
     );
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "SmolLM2-135M Q4_1, the demo's prompts, one new token each; {cores} cores; {:.1} M multiply-adds per prompt token",
-        MACS_PER_TOKEN / 1e6
+        "{}, the prompts of {}, one new token each; {cores} cores; {:.1} M multiply-adds per prompt token",
+        bench.label,
+        bench.spec,
+        bench.macs_per_token / 1e6
     );
     println!(
         "{:<8} {:>14} {:>10} {:>12} {:>26} {:>16} {:>10}",
@@ -112,7 +147,7 @@ fn main() {
             panic!("malformed result line {line}");
         };
         let rate = tokens / seconds;
-        let roofline = peak / MACS_PER_TOKEN;
+        let roofline = peak / bench.macs_per_token;
         println!(
             "{path:<8} {tokens:>14.0} {seconds:>10.2} {rate:>12.0} {:>26} {roofline:>16.0} {:>9.0}%",
             format!("{:.0} G MAC/s ({})", peak / 1e9, instruction(path)),
@@ -138,10 +173,10 @@ fn instruction(path: &str) -> &'static str {
 
 /// One path: the prefill of every demo prompt, then the peak of that path's instruction
 /// on every core, printed as `RESULT tokens seconds peak`.
-fn child(model_path: &Path) {
-    let spec_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments/demo.toml");
-    let spec = tabcontam::run::spec::Spec::load(&spec_path).expect("load the demo spec");
-    let prepared = session::prepare(&spec, None, &[]).expect("plan the demo spec");
+fn child(model_path: &Path, spec: &str) {
+    let spec_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(spec);
+    let spec = tabcontam::run::spec::Spec::load(&spec_path).expect("load the spec");
+    let prepared = session::prepare(&spec, None, &[]).expect("plan the spec");
     let max_batch = prepared.spec.models[0]
         .max_batch
         .unwrap_or(LocalOptions::default().max_batch);
