@@ -67,7 +67,9 @@ quantize = "q8_0"
                  WHERE i.revision = ?1 ORDER BY q.prompt_id, q.params",
             )
             .unwrap()
-            .query_map([revision], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .query_map([revision], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
             .unwrap()
             .map(Result::unwrap)
             .collect()
@@ -102,7 +104,10 @@ quantize = "q8_0"
     // A second run sends nothing: both identities answer from the cache.
     let again = env.json(&["run", spec, "--json"]);
     assert_eq!(again["counts"]["sent"], 0, "{again}");
-    assert_eq!(again["counts"]["cached"], again["counts"]["requests"], "{again}");
+    assert_eq!(
+        again["counts"]["cached"], again["counts"]["requests"],
+        "{again}"
+    );
 
     // The key on a GGUF file: one line naming the model, the key and the fix.
     let gguf = env.path("model.gguf");
