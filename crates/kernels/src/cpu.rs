@@ -5,7 +5,8 @@
 //! One binary runs on every x86-64 machine: nothing here depends on compile-time target
 //! features. AVX-512 VNNI (`vpdpbusd`: 64 unsigned×signed byte products summed into 16
 //! int32 lanes per instruction) runs the prefill's quantized matmuls as int8 panels
-//! ([`crate::vnni`]); AVX2 runs them as f32 GEMMs over expanded weights. The dependencies' own choices are not ours to make (candle and gemm detect
+//! ([`crate::vnni`]), on AMX tiles where the CPU has them and Linux grants them
+//! ([`crate::amx`]); AVX2 runs them as f32 GEMMs over expanded weights. The dependencies' own choices are not ours to make (candle and gemm detect
 //! AVX2/FMA at run time; gemm's AVX-512 kernels are behind its `x86-v4` feature, which is
 //! off, and candle's AVX-512 repacked kernels are reached only through candle's own
 //! quantized matmul, which `src/infer` never calls for the block types it handles), so
@@ -13,8 +14,8 @@
 
 use std::sync::OnceLock;
 
-/// The environment variable that forces a path: `auto` (the default), `avx512`, `avx2` or
-/// `portable`.
+/// The environment variable that forces a path: `auto` (the default), `amx`, `avx512`,
+/// `avx2` or `portable`.
 pub const CPU_ENV: &str = "TABCONTAM_CPU";
 
 /// An instruction-set level of the kernels, lowest first.
@@ -26,11 +27,14 @@ pub enum Isa {
     Avx2,
     /// AVX-512 (F, BW, VL) with VNNI byte dot products, on top of AVX2.
     Avx512,
+    /// AMX tiles (TILE, INT8) for the prefill panels, on top of AVX-512, where Linux grants
+    /// this process the tile registers.
+    Amx,
 }
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 3] = [Isa::Portable, Isa::Avx2, Isa::Avx512];
+    pub const ALL: [Isa; 4] = [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Amx];
 
     /// The name `TABCONTAM_CPU` takes.
     pub fn name(self) -> &'static str {
@@ -38,6 +42,7 @@ impl Isa {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Amx => "amx",
         }
     }
 
@@ -64,6 +69,9 @@ pub fn detected() -> Isa {
                 && std::is_x86_feature_detected!("avx512vl")
                 && std::is_x86_feature_detected!("avx512vnni")
             {
+                if crate::amx::usable() {
+                    return Isa::Amx;
+                }
                 return Isa::Avx512;
             }
             return Isa::Avx2;
@@ -121,10 +129,10 @@ mod tests {
 
     #[test]
     fn levels_are_ordered_and_named() {
-        assert!(Isa::Portable < Isa::Avx2 && Isa::Avx2 < Isa::Avx512);
+        assert!(Isa::Portable < Isa::Avx2 && Isa::Avx2 < Isa::Avx512 && Isa::Avx512 < Isa::Amx);
         assert_eq!(
             Isa::ALL.map(Isa::name),
-            ["portable", "avx2", "avx512"],
+            ["portable", "avx2", "avx512", "amx"],
             "TABCONTAM_CPU's values"
         );
         // The portable path runs everywhere; `auto` picks the best runnable level.

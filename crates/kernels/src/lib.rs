@@ -1,6 +1,6 @@
 //! The hot CPU loops of tabcontam's local engine, on plain slices: Q4_1 weights multiplied
 //! as stored ([`q4_1`]), quantized weights times many rows as int8 panels on AVX-512 VNNI
-//! ([`vnni`]) and attention for decoding steps read from a KV cache ([`attention`]), on the
+//! ([`vnni`], on AMX tiles where present: [`amx`]) and attention for decoding steps read from a KV cache ([`attention`]), on the
 //! instruction set [`cpu`] selects at run time; [`peak`] measures each path's arithmetic
 //! peak for the benchmarks' rooflines.
 //!
@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 pub mod activation;
 pub mod adamw;
+pub mod amx;
 pub mod attention;
 pub mod cpu;
 pub mod peak;

@@ -11,12 +11,18 @@ const ITERATIONS: usize = 10_000_000;
 const CHAINS: usize = 12;
 
 /// Runs the path's inner instruction on this thread and returns the multiply-adds done:
-/// 512-bit `vpdpbusd` (64 int8 products each) for `avx512`, 256-bit FMAs (8 f32 products)
-/// for `avx2`, scalar f32 multiply-adds for `portable`.
+/// `tdpbsud` on full 16 × 64-byte tiles (16,384 int8 products each) for `amx`, 512-bit
+/// `vpdpbusd` (64) for `avx512`, 256-bit FMAs (8 f32 products) for `avx2`, scalar f32
+/// multiply-adds for `portable`.
 pub fn multiply_adds(isa: Isa) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `cpu::isa` never selects a level the CPU lacks, and callers pass it.
+        // SAFETY: `cpu::isa` never selects a level the CPU lacks, and callers pass it
+        // (`amx` only where `amx::usable` granted the tiles).
+        #[cfg(target_os = "linux")]
+        if isa >= Isa::Amx {
+            return unsafe { x86::amx() };
+        }
         if isa >= Isa::Avx512 {
             return unsafe { x86::vnni512() };
         }
@@ -53,6 +59,44 @@ mod x86 {
         }
         std::hint::black_box(acc);
         (ITERATIONS * CHAINS * 64) as f64
+    }
+
+    /// Four independent accumulator tiles, each `tmm_c += tmm1 · tmm2` per step.
+    #[cfg(target_os = "linux")]
+    pub unsafe fn amx() -> f64 {
+        #[repr(C, align(64))]
+        struct TileConfig([u8; 64]);
+        let mut config = TileConfig([0; 64]);
+        config.0[0] = 1;
+        for tile in 0..6 {
+            // 16 rows of 64 bytes each.
+            config.0[16 + 2 * tile] = 64;
+            config.0[48 + tile] = 16;
+        }
+        let steps = ITERATIONS / 16;
+        // SAFETY: the configuration is valid, and the tiles are only zeroed and multiplied.
+        unsafe {
+            std::arch::asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly));
+            std::arch::asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "tilezero tmm4",
+                "tilezero tmm5",
+                "2:",
+                "tdpbsud tmm0, tmm4, tmm5",
+                "tdpbsud tmm1, tmm4, tmm5",
+                "tdpbsud tmm2, tmm4, tmm5",
+                "tdpbsud tmm3, tmm4, tmm5",
+                "dec {steps}",
+                "jnz 2b",
+                "tilerelease",
+                steps = inout(reg) steps => _,
+                options(nostack, nomem),
+            );
+        }
+        (steps * 4 * 16 * 16 * 64) as f64
     }
 
     #[target_feature(enable = "avx2,fma")]

@@ -24,12 +24,12 @@ use rayon::prelude::*;
 use crate::q4_1::Activations;
 
 /// Output columns laid out together: one 512-bit register of 32-bit lanes.
-const TILE: usize = 16;
+pub(crate) const TILE: usize = 16;
 /// Activation rows multiplied per pass over a tile (8 integer and 8 float accumulators
 /// stay in registers, out of 32).
 const ROWS_PER_PASS: usize = 8;
 /// Values per quantization block.
-const BLOCK: usize = crate::q4_1::BLOCK;
+pub(crate) const BLOCK: usize = crate::q4_1::BLOCK;
 /// Bytes per stored Q4_1 block (f16 scale, f16 minimum, 16 bytes of nibbles).
 const Q4_1_BLOCK_BYTES: usize = 20;
 /// Bytes per stored Q8_0 block (f16 scale, 32 signed codes).
@@ -66,7 +66,7 @@ impl Blocks {
     }
 }
 /// Groups of 4 consecutive values in a block (one `vpdpbusd` each).
-const GROUPS: usize = BLOCK / 4;
+pub(crate) const GROUPS: usize = BLOCK / 4;
 
 /// Rows from which a product runs as panels: below, the column-wise kernels (which read
 /// each weight block once per row pass without laying it out) are as fast.
@@ -80,10 +80,10 @@ pub fn available() -> bool {
 /// One tile of 16 weight rows in the panel layout: per block, 8 groups of 64 bytes (4
 /// codes of each column, column-major within the group), then the 16 scales and 16
 /// minimums. Columns past the weight's last row are zero (and never written out).
-struct Tile {
-    codes: Vec<u8>,
-    scales: Vec<f32>,
-    minimums: Vec<f32>,
+pub(crate) struct Tile {
+    pub(crate) codes: Vec<u8>,
+    pub(crate) scales: Vec<f32>,
+    pub(crate) minimums: Vec<f32>,
 }
 
 impl Tile {
@@ -188,7 +188,8 @@ fn f16(low: u8, high: u8) -> f32 {
 }
 
 /// `xs Wᵀ` for weights `W` (`n` rows of `k`) stored as `kind` blocks and activations
-/// quantized per block of 32; row-major `(rows, n)`. Callers check [`available`].
+/// quantized per block of 32; row-major `(rows, n)`, on AMX tiles where the selected path
+/// is `amx`. Callers check [`available`].
 pub fn matmul(
     kind: Blocks,
     data: &[u8],
@@ -197,7 +198,26 @@ pub fn matmul(
     xs: &Activations,
     rows: usize,
 ) -> Vec<f32> {
+    let amx = crate::cpu::isa() >= crate::cpu::Isa::Amx;
+    matmul_with(amx, kind, data, n, k, xs, rows)
+}
+
+/// [`matmul`] with the choice of AMX made by the caller (tests and benches run both
+/// paths on a CPU that has AMX).
+pub fn matmul_with(
+    amx: bool,
+    kind: Blocks,
+    data: &[u8],
+    n: usize,
+    k: usize,
+    xs: &Activations,
+    rows: usize,
+) -> Vec<f32> {
     assert!(available(), "the int8 panels need AVX-512 VNNI");
+    assert!(
+        !amx || crate::amx::usable(),
+        "AMX tiles are not usable here"
+    );
     assert!(kind.fits(k), "width {k} is not whole {kind:?} blocks");
     assert_eq!(data.len(), n * kind.row_bytes(k), "{kind:?} storage size");
     assert_eq!(xs.q.len(), rows * k, "activation size");
@@ -217,6 +237,22 @@ pub fn matmul(
             tile.fill(kind, data, k, first, columns);
             let mut row = 0;
             while row < rows {
+                if amx {
+                    let count = crate::amx::ROWS_PER_PASS.min(rows - row);
+                    let mut panel = [[0f32; TILE]; crate::amx::ROWS_PER_PASS];
+                    // SAFETY: `amx::usable()` was asserted; rows `row..row + count` exist in
+                    // `xs` and the tile holds `k / 32` blocks.
+                    unsafe { crate::amx::pass(tile, xs, code_sums, row, count, &mut panel) };
+                    for (r, values) in panel.iter().take(count).enumerate() {
+                        // SAFETY: this task alone writes columns `first..first + columns`.
+                        unsafe {
+                            let at = target.0.add((row + r) * n + first);
+                            std::ptr::copy_nonoverlapping(values.as_ptr(), at, columns);
+                        }
+                    }
+                    row += count;
+                    continue;
+                }
                 let count = ROWS_PER_PASS.min(rows - row);
                 // SAFETY: `available()` was asserted (AVX-512 F/BW/VL and VNNI); rows
                 // `row..row + count` exist in `xs`, the tile holds `k / 32` blocks, and this
@@ -453,6 +489,8 @@ mod tests {
         }
         for (dtype, kind, n, k, rows) in [
             (GgmlDType::Q4_1, Blocks::Q4_1, 37, 576, 11),
+            // More than one 16-row AMX pass, the last one partial.
+            (GgmlDType::Q4_1, Blocks::Q4_1, 16, 64, 35),
             (GgmlDType::Q8_0, Blocks::Q8_0, 35, 640, 9),
             (GgmlDType::Q4K, Blocks::Q4K, 21, 512, 13),
         ] {
@@ -468,36 +506,42 @@ mod tests {
                 .unwrap();
             let lhs = random(rows * k, 9);
             let xs = Activations::quantize(&lhs, k);
-            let ours = matmul(kind, &data, n, k, &xs, rows);
-            for r in 0..rows {
-                for c in 0..n {
-                    let exact: f32 = (0..k)
-                        .map(|i| {
-                            let x = xs.d[(r * k + i) / BLOCK] * f32::from(xs.q[r * k + i]);
-                            x * dense[c * k + i]
-                        })
-                        .sum();
-                    // The offset term meets `s = f16(d·Σq)`: half an f16 ulp (2^-11 of
-                    // |s|) per block, times the block's largest weight at most.
-                    let rounding: f32 = (0..k / BLOCK)
-                        .map(|b| {
-                            let block = r * k / BLOCK + b;
-                            let largest = dense[c * k + b * BLOCK..c * k + (b + 1) * BLOCK]
-                                .iter()
-                                .fold(0f32, |m, w| m.max(w.abs()));
-                            let rounded = if kind == Blocks::Q4_1 {
-                                xs.s[block]
-                            } else {
-                                0.0
-                            };
-                            rounded.abs() * largest / 2048.0
-                        })
-                        .sum();
-                    let got = ours[r * n + c];
-                    assert!(
-                        (got - exact).abs() <= rounding + 1e-4 * exact.abs().max(1.0),
-                        "{kind:?} ({r}, {c}): panel {got} vs {exact} (rounding {rounding})"
-                    );
+            for amx in [false, true] {
+                if amx && !crate::amx::usable() {
+                    eprintln!("no usable AMX tiles here: the VNNI path only");
+                    continue;
+                }
+                let ours = matmul_with(amx, kind, &data, n, k, &xs, rows);
+                for r in 0..rows {
+                    for c in 0..n {
+                        let exact: f32 = (0..k)
+                            .map(|i| {
+                                let x = xs.d[(r * k + i) / BLOCK] * f32::from(xs.q[r * k + i]);
+                                x * dense[c * k + i]
+                            })
+                            .sum();
+                        // The offset term meets `s = f16(d·Σq)`: half an f16 ulp (2^-11 of
+                        // |s|) per block, times the block's largest weight at most.
+                        let rounding: f32 = (0..k / BLOCK)
+                            .map(|b| {
+                                let block = r * k / BLOCK + b;
+                                let largest = dense[c * k + b * BLOCK..c * k + (b + 1) * BLOCK]
+                                    .iter()
+                                    .fold(0f32, |m, w| m.max(w.abs()));
+                                let rounded = if kind == Blocks::Q4_1 {
+                                    xs.s[block]
+                                } else {
+                                    0.0
+                                };
+                                rounded.abs() * largest / 2048.0
+                            })
+                            .sum();
+                        let got = ours[r * n + c];
+                        assert!(
+                            (got - exact).abs() <= rounding + 1e-4 * exact.abs().max(1.0),
+                            "{kind:?} amx {amx} ({r}, {c}): panel {got} vs {exact} (rounding {rounding})"
+                        );
+                    }
                 }
             }
         }

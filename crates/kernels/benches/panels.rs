@@ -1,0 +1,92 @@
+//! The prefill matmul on each path this CPU runs, on SmolLM2-135M's shapes with random Q4_1
+//! weights and 256 activation rows: the f32 GEMM over expanded blocks (the `avx2` path,
+//! candle's gemm), the int8 panels on AVX-512 VNNI, and on AMX tiles; G multiply-adds/s
+//! beside each path's peak on every core (`peak.rs`). Runs without model files, so it can
+//! be copied to a machine that has AMX.
+//!
+//! `cargo bench -p tabcontam-kernels --bench panels`.
+
+use std::time::Instant;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use tabcontam_kernels::cpu::Isa;
+use tabcontam_kernels::q4_1::{Activations, dequantize};
+use tabcontam_kernels::vnni::{self, Blocks};
+
+fn seconds_per_call(mut call: impl FnMut()) -> f64 {
+    call();
+    let started = Instant::now();
+    let mut calls = 0;
+    while started.elapsed().as_secs_f64() < 1.0 {
+        call();
+        calls += 1;
+    }
+    started.elapsed().as_secs_f64() / f64::from(calls)
+}
+
+fn peak(isa: Isa) -> f64 {
+    let threads = rayon::current_num_threads();
+    let started = Instant::now();
+    let total: f64 = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| scope.spawn(move || tabcontam_kernels::peak::multiply_adds(isa)))
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("peak")).sum()
+    });
+    total / started.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let best = tabcontam_kernels::cpu::detected();
+    println!(
+        "{} threads; best path {}; peaks on every thread: {}",
+        rayon::current_num_threads(),
+        best.name(),
+        Isa::runnable()
+            .into_iter()
+            .filter(|&isa| isa >= Isa::Avx2)
+            .map(|isa| format!("{} {:.0} G MAC/s", isa.name(), peak(isa) / 1e9))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for (rows, n, k) in [
+        (256usize, 1536usize, 576usize),
+        (256, 576, 1536),
+        (256, 576, 576),
+    ] {
+        let weight = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu).unwrap();
+        let data = QTensor::quantize(&weight, GgmlDType::Q4_1)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec();
+        let x = Tensor::randn(0f32, 1.0, (rows, k), &Device::Cpu).unwrap();
+        let lhs = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let macs = (rows * n * k) as f64;
+        let mut line = format!("rows {rows} × ({n} × {k}):");
+        let gemm = seconds_per_call(|| {
+            let dense = Tensor::from_vec(dequantize(&data, n, k), (n, k), &Device::Cpu).unwrap();
+            let _ = x.matmul(&dense.t().unwrap()).unwrap();
+        });
+        line += &format!(" f32 GEMM {:.0} G/s", macs / gemm / 1e9);
+        if vnni::available() {
+            for amx in [false, true] {
+                if amx && !tabcontam_kernels::amx::usable() {
+                    continue;
+                }
+                let seconds = seconds_per_call(|| {
+                    let xs = Activations::quantize(&lhs, k);
+                    let _ = vnni::matmul_with(amx, Blocks::Q4_1, &data, n, k, &xs, rows);
+                });
+                line += &format!(
+                    ", {} {:.0} G/s ({:.2}x)",
+                    if amx { "amx" } else { "avx512" },
+                    macs / seconds / 1e9,
+                    gemm / seconds
+                );
+            }
+        }
+        println!("{line}");
+    }
+}
