@@ -1,6 +1,7 @@
 //! The hot CPU loops of tabcontam's local engine, on plain slices: Q4_1 weights multiplied
-//! as stored ([`q4_1`]) and attention for decoding steps read from a KV cache
-//! ([`attention`]), on the instruction set [`cpu`] selects at run time.
+//! as stored ([`q4_1`]), attention for decoding steps read from a KV cache
+//! ([`attention`]), on the instruction set [`cpu`] selects at run time, and the loops of
+//! full fine-tuning ([`train`], [`adamw`]).
 //!
 //! They live apart from `src/infer` (which adapts candle tensors to them) for one reason:
 //! this crate is built with `opt-level = 3` even in test builds, where the main crate is
@@ -12,6 +13,7 @@ pub mod adamw;
 pub mod attention;
 pub mod cpu;
 pub mod q4_1;
+pub mod train;
 
 /// The `rows × n` (row-major) result of a block matmul computed on the pool a task of
 /// `columns_per_task` output columns at a time: `columns(first, out)` fills `out` with
