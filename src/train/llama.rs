@@ -384,33 +384,26 @@ impl LlamaTrainer {
             .as_tensor()
             .index_select(&inputs.flatten_all()?, 0)?; // (batch * seq, hidden)
         let rope = ops::Rope::new(seq, c.head_dim, c.rope_theta);
-        let group = c.num_heads / c.num_kv_heads;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
         for layer in &self.layers {
             let h = ops::rms_norm(&xs, layer.attn_norm.as_tensor(), c.rms_eps)?;
-            // Rotated in the `(batch, seq, heads, dim)` layout the projection writes, then
-            // moved to `(batch, heads, seq, dim)` for the attention matmuls.
+            // Rotated in the `(batch, seq, heads, dim)` layout the projection writes; the
+            // attention op moves them to head-major order itself (and does not keep the
+            // copies). Grouped-query attention: each kv head serves `group` query heads,
+            // which are folded into the query rows so k and v are never copied.
             let q = ops::rope(
                 &linear(&h, &layer.q)?.reshape((batch, seq, c.num_heads, c.head_dim))?,
                 &rope,
-            )?
-            .transpose(1, 2)?
-            .contiguous()?;
+            )?;
             let k = ops::rope(
                 &linear(&h, &layer.k)?.reshape((batch, seq, c.num_kv_heads, c.head_dim))?,
                 &rope,
-            )?
-            .transpose(1, 2)?
-            .contiguous()?;
+            )?;
             let v = linear(&h, &layer.v)?
                 .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()?;
-            // Grouped-query attention: each kv head serves `group` query heads, which are
-            // folded into the query rows so k and v are never copied (row `% seq` stays the
-            // query's position, which the causal softmax masks by).
-            let q = q.reshape((batch, c.num_kv_heads, group * seq, c.head_dim))?;
-            let probs = ops::causal_softmax(&q.matmul(&k.t()?)?, scale)?;
+            let probs = ops::attention_probs(&q, &k, c.num_kv_heads, scale)?;
             let attended = probs
                 .matmul(&v)?
                 .reshape((batch, c.num_heads, seq, c.head_dim))?
@@ -418,8 +411,12 @@ impl LlamaTrainer {
                 .reshape((batch * seq, c.num_heads * c.head_dim))?;
             xs = (xs + linear(&attended, &layer.o)?)?;
             let h = ops::rms_norm(&xs, layer.ffn_norm.as_tensor(), c.rms_eps)?;
-            let gated = ops::swiglu(&linear(&h, &layer.gate)?, &linear(&h, &layer.up)?)?;
-            xs = (xs + linear(&gated, &layer.down)?)?;
+            let down = ops::swiglu_down(
+                &linear(&h, &layer.gate)?,
+                &linear(&h, &layer.up)?,
+                layer.down.as_tensor(),
+            )?;
+            xs = (xs + down)?;
         }
         ops::rms_norm(&xs, self.final_norm.as_tensor(), c.rms_eps)
     }

@@ -7,7 +7,9 @@
 //! intermediate (the head's log-softmax alone kept several `tokens × 49,152` copies); the
 //! composed versions stay in `llama.rs`'s tests as the reference these are checked against.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Storage, Tensor, bail};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Storage, Tensor, bail,
+};
 use tabcontam_kernels::train as k;
 
 /// The f32 values of a contiguous CPU storage, or an error naming the op.
@@ -368,6 +370,153 @@ pub fn head_cross_entropy(
     hidden.contiguous()?.apply_op2(&weight.contiguous()?, op)
 }
 
+/// Causal attention probabilities straight from the rotated queries `(batch, seq, heads,
+/// dim)` and keys `(batch, seq, kv_heads, dim)`: `softmax(scale · q kᵀ)` masked, shaped
+/// `(batch, kv_heads, group · seq, seq)` (the `group` query heads of a kv head stacked).
+/// One op rather than transposes, a matmul and a softmax, so that neither the scores nor
+/// the head-major copies of q and k are kept for the backward pass (which recomputes the
+/// copies, a few MB, from the op's own inputs).
+struct AttentionProbs {
+    kv_heads: usize,
+    scale: f32,
+}
+
+impl AttentionProbs {
+    /// q as `(batch, kv_heads, group · seq, dim)` and k as `(batch, kv_heads, seq, dim)`.
+    fn head_major(&self, q: &Tensor, k: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
+        let (batch, seq, heads, dim) = q.dims4()?;
+        let group = heads / self.kv_heads;
+        let q =
+            q.transpose(1, 2)?
+                .contiguous()?
+                .reshape((batch, self.kv_heads, group * seq, dim))?;
+        let k = k.transpose(1, 2)?.contiguous()?;
+        Ok((q, k))
+    }
+}
+
+impl CustomOp2 for AttentionProbs {
+    fn name(&self) -> &'static str {
+        "train-attention-probs"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let device = candle_core::Device::Cpu;
+        let q = Tensor::from_slice(slice(s1, l1, self.name())?, l1.shape(), &device)?;
+        let k = Tensor::from_slice(slice(s2, l2, self.name())?, l2.shape(), &device)?;
+        let (q, k) = self.head_major(&q, &k)?;
+        let scores = q.matmul(&k.t()?)?;
+        let shape = scores.shape().clone();
+        let seq = k.dim(2)?;
+        let mut out = vec![0f32; scores.elem_count()];
+        with_values(&scores, |s| k::causal_softmax(s, seq, self.scale, &mut out))?;
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (qh, kh) = self.head_major(&q.detach(), &k.detach())?;
+        let seq = kh.dim(2)?;
+        let mut ds = vec![0f32; res.elem_count()];
+        with_values(res, |p| {
+            with_values(grad, |g| {
+                k::causal_softmax_backward(p, g, seq, self.scale, &mut ds)
+            })
+        })??;
+        let ds = tensor(ds, res.shape(), res)?;
+        let (batch, _, heads, dim) = q.dims4()?;
+        let dq = ds
+            .matmul(&kh)?
+            .reshape((batch, heads, seq, dim))?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let dk = ds.t()?.matmul(&qh)?.transpose(1, 2)?.contiguous()?;
+        Ok((Some(dq), Some(dk)))
+    }
+}
+
+/// [`AttentionProbs`]: the masked attention probabilities of rotated `q` and `k`.
+pub fn attention_probs(
+    q: &Tensor,
+    k: &Tensor,
+    kv_heads: usize,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    q.contiguous()?.apply_op2(
+        &k.contiguous()?,
+        AttentionProbs {
+            kv_heads,
+            scale: scale as f32,
+        },
+    )
+}
+
+/// The MLP's down projection of its SwiGLU: `(silu(gate) · up) Wᵀ`, with the product
+/// recomputed in the backward pass instead of kept (`tokens × intermediate` per layer).
+struct SwiGluDown;
+
+impl CustomOp3 for SwiGluDown {
+    fn name(&self) -> &'static str {
+        "train-swiglu-down"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (gated, shape) = SwiGlu.cpu_fwd(s1, l1, s2, l2)?;
+        let CpuStorage::F32(gated) = gated else {
+            bail!("swiglu_down: f32 only")
+        };
+        let device = candle_core::Device::Cpu;
+        let gated = Tensor::from_vec(gated, shape, &device)?;
+        let w = Tensor::from_slice(slice(s3, l3, self.name())?, l3.shape(), &device)?;
+        let out = gated.matmul(&w.t()?)?;
+        let shape = out.shape().clone();
+        Ok((CpuStorage::F32(out.flatten_all()?.to_vec1::<f32>()?), shape))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (gate, up, w) = (gate.detach(), up.detach(), w.detach());
+        let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
+        let grad = grad.detach();
+        let dw = grad.t()?.matmul(&gated)?;
+        drop(gated);
+        let d_gated = grad.matmul(&w)?;
+        let (dgate, dup) = SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
+        Ok((dgate, dup, Some(dw)))
+    }
+}
+
+/// `(silu(gate) · up) Wᵀ` ([`SwiGluDown`]).
+pub fn swiglu_down(gate: &Tensor, up: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    gate.contiguous()?
+        .apply_op3(&up.contiguous()?, &w.contiguous()?, SwiGluDown)
+}
+
 /// The same ops composed of plain candle ops with candle's own backward (the trainer's
 /// forward pass before the fused ops), the reference of the tests.
 #[cfg(test)]
@@ -562,6 +711,44 @@ mod tests {
                     .sum_all()?
                     .affine(-1.0 / f64::from(count), 0.0)
             },
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn attention_probs_match_the_composed_ops() {
+        let (batch, seq, heads, kv, dim) = (2, 6, 4, 2, 8);
+        let (q, k) = (
+            randn(&[batch, seq, heads, dim]),
+            randn(&[batch, seq, kv, dim]),
+        );
+        let mask = composed::causal_mask(seq, &Device::Cpu).unwrap();
+        let group = heads / kv;
+        agree(
+            &[&q, &k],
+            |t| attention_probs(&t[0], &t[1], kv, 0.35),
+            |t| {
+                let q =
+                    t[0].transpose(1, 2)?
+                        .contiguous()?
+                        .reshape((batch, kv, group * seq, dim))?;
+                let k = t[1].transpose(1, 2)?.contiguous()?;
+                let scores = (q.matmul(&k.t()?)? * 0.35)?
+                    .reshape((batch, kv, group, seq, seq))?
+                    .broadcast_add(&mask)?;
+                composed::softmax(&scores)?.reshape((batch, kv, group * seq, seq))
+            },
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn swiglu_down_matches_the_composed_ops() {
+        let (gate, up, w) = (randn(&[6, 40]), randn(&[6, 40]), randn(&[12, 40]));
+        agree(
+            &[&gate, &up, &w],
+            |t| swiglu_down(&t[0], &t[1], &t[2]),
+            |t| (composed::silu(&t[0])? * &t[1])?.matmul(&t[2].t()?),
             1e-4,
         );
     }
