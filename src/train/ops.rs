@@ -1,11 +1,15 @@
 //! The trainer's fused differentiable ops: candle custom ops whose forward and backward are
-//! one parallel pass each over `tabcontam_kernels::train` (RMSNorm, SiLU·mul, rotary
-//! embedding, causal softmax) and the output head with its cross-entropy computed a chunk
+//! one parallel pass each over `tabcontam_kernels::train` (RMSNorm, SiLU·mul and the
+//! down projection, rotary embedding, causal attention probabilities) and the output head with its cross-entropy computed a chunk
 //! of tokens at a time, so that no `tokens × vocab` block outlives its chunk.
 //!
 //! Composed from candle's elementwise ops these ran on one core and autograd kept every
 //! intermediate (the head's log-softmax alone kept several `tokens × 49,152` copies); the
-//! composed versions stay in `llama.rs`'s tests as the reference these are checked against.
+//! composed versions stay (module `composed`, tests only) as the reference these are
+//! checked against, op by op here and as a whole network in `llama.rs`.
+//!
+//! Size: each op is a forward, a backward and a test against its composed reference
+//! (`composed`, kept here beside what it checks); seven ops make the file long.
 
 use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Storage, Tensor, bail,
