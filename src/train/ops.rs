@@ -1,7 +1,8 @@
 //! The trainer's fused differentiable ops: candle custom ops whose forward and backward are
-//! one parallel pass each over `tabcontam_kernels::train` (RMSNorm, SiLU·mul and the
-//! down projection, rotary embedding, causal attention probabilities) and the output head with its cross-entropy computed a chunk
-//! of tokens at a time, so that no `tokens × vocab` block outlives its chunk.
+//! one parallel pass each over `tabcontam_kernels::train` (RMSNorm, SiLU·mul and the down
+//! projection, rotary embedding, causal attention probabilities) and the output head with
+//! its cross-entropy computed a chunk of tokens at a time, so that no `tokens × vocab`
+//! block outlives its chunk.
 //!
 //! Composed from candle's elementwise ops these ran on one core and autograd kept every
 //! intermediate (the head's log-softmax alone kept several `tokens × 49,152` copies); the
