@@ -1,24 +1,35 @@
-//! Training throughput against PyTorch, side by side in one run (issue 10, "Must show" 4):
-//! tokens/s of forward + backward + AdamW step for our trainer (`src/train`, candle, f32
-//! CPU) and for transformers' `LlamaForCausalLM` on the same model folder, the same token
-//! windows, batch size, sequence length and thread count.
+//! Training throughput against PyTorch, side by side in one run (issue 10, "Must show" 4;
+//! issue 23 item 2): tokens/s of forward + backward + AdamW step and peak RSS for our
+//! trainer (`src/train`, candle and the fused ops, f32 CPU) and for transformers'
+//! `LlamaForCausalLM` on the same model folder, the same token windows, batch size,
+//! sequence length, thread count and dtype (f32).
+//!
+//! Two races: a SmolLM2-135M-shaped model (its real size, random weights) and a toy
+//! (hidden 256, 4 layers). Each side runs in a process of its own (ours is this bench
+//! re-run with `TABCONTAM_BENCH_SIDE=ours`), so that each peak RSS (`VmHWM`, PyTorch's
+//! `ru_maxrss`) is that side's training alone, and the two never hold memory at once.
 //!
 //! `cargo bench --bench train_vs_torch` (add `--profile dev` to skip the release build of
 //! the dependencies: they are optimized in the dev profile too). Needs the PyTorch venv
-//! (`~/.cache/tabcontam-test-assets/py-local`, or `TABCONTAM_BENCH_PYTHON`). Sizes:
-//! `TABCONTAM_BENCH_HIDDEN` (256), `_LAYERS` (4), `_BATCH` (4), `_SEQ` (128), `_STEPS` (5),
-//! `_THREADS` (2).
+//! (`~/.cache/tabcontam-test-assets/py-local`, or `TABCONTAM_BENCH_PYTHON`). Settings:
+//! `TABCONTAM_BENCH_MODELS` (`smollm2,toy`), `_BATCH` (4), `_SEQ` (256), `_STEPS` (5),
+//! `_THREADS` (2), and the toy's `_HIDDEN` (256) and `_LAYERS` (4).
 
 #[path = "../tests/support/tiny_llama.rs"]
 mod tiny_llama;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use candle_core::{Device, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use candle_core::{DType, Device, Tensor};
+use serde_json::{Value, json};
 use tabcontam::infer::files::ModelFiles;
 use tabcontam::train::llama::LlamaTrainer;
+use tabcontam::train::optimizer::{AdamW, AdamWSettings};
+use tiny_llama::LlamaShape;
+
+const LR: f64 = 1e-4;
 
 fn setting(name: &str, default: usize) -> usize {
     std::env::var(format!("TABCONTAM_BENCH_{name}"))
@@ -27,29 +38,80 @@ fn setting(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn main() {
-    let hidden = setting("HIDDEN", 256);
-    let layers = setting("LAYERS", 4);
+/// Peak resident memory of this process (`VmHWM` of /proc/self/status), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Our side, in the child process: trains on the windows and prints one JSON line.
+fn ours(model_dir: &Path, windows_path: &Path) {
+    let batches: Vec<Vec<Vec<u32>>> =
+        serde_json::from_str(&std::fs::read_to_string(windows_path).unwrap()).unwrap();
+    let (batch, window) = (batches[0].len(), batches[0][0].len());
+    let seq = window - 1;
+    let files = ModelFiles::locate(model_dir).unwrap();
+    let model = LlamaTrainer::load(&files).unwrap();
+    let named = model
+        .named_vars()
+        .into_iter()
+        .map(|(name, var)| (name, var.clone()))
+        .collect();
+    // The trainer's own optimizer (what `contaminate` runs), PyTorch's settings.
+    let mut optimizer = AdamW::new(named, AdamWSettings::new(LR, 0.0));
+    let mut run_step = |b: &Vec<Vec<u32>>| -> f32 {
+        let flat: Vec<u32> = b.iter().flatten().copied().collect();
+        let ids = Tensor::from_vec(flat, (batch, window), &Device::Cpu).unwrap();
+        let weights = Tensor::ones((batch, seq), DType::F32, &Device::Cpu).unwrap();
+        let loss = model.loss(&ids, &weights).unwrap();
+        let grads = loss.backward().unwrap();
+        optimizer.step(&grads).unwrap();
+        loss.to_scalar::<f32>().unwrap()
+    };
+    run_step(&batches[0]); // warm-up, as on PyTorch's side
+    let started = Instant::now();
+    let losses: Vec<f32> = batches[1..].iter().map(&mut run_step).collect();
+    let seconds = started.elapsed().as_secs_f64();
+    let tokens = (batches.len() - 1) * batch * seq;
+    println!(
+        "{}",
+        json!({
+            "tokens_per_s": tokens as f64 / seconds,
+            "losses": losses,
+            "parameters": model.parameter_count(),
+            "peak_rss": peak_rss(),
+        })
+    );
+}
+
+/// The last line of a side's output as JSON, or a panic with everything it printed.
+fn run_side(command: &mut Command) -> Value {
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap()
+}
+
+fn gib(bytes: f64) -> String {
+    format!("{:.2} GiB", bytes / (1u64 << 30) as f64)
+}
+
+fn race(name: &str, shape: &LlamaShape, python: &str) {
     let batch = setting("BATCH", 4);
-    let seq = setting("SEQ", 128);
+    let seq = setting("SEQ", 256);
     let steps = setting("STEPS", 5);
     let threads = setting("THREADS", 2);
-    let lr = 1e-4;
-    // Both sides on the same number of threads (candle's CPU kernels read this).
-    unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
-    let python = std::env::var("TABCONTAM_BENCH_PYTHON").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/tabcontam-test-assets/py-local/bin/python",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    });
-    if !std::path::Path::new(&python).is_file() {
-        eprintln!("SKIP: no PyTorch venv at {python} (set TABCONTAM_BENCH_PYTHON)");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let model_dir = dir.path().join("model");
-    tiny_llama::write_byte_llama(&model_dir, hidden, layers);
+    tiny_llama::write_llama(&model_dir, &tiny_llama::byte_tokenizer(), shape);
 
     // The shipped iris file as bytes (the byte-level tokenizer's ids), cut into windows.
     let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/iris.csv")).unwrap();
@@ -59,84 +121,103 @@ fn main() {
         tokenizer.encode(text, false).unwrap().get_ids().to_vec()
     };
     let window = seq + 1;
-    let per_step = batch * window;
-    let mut batches: Vec<Vec<Vec<u32>>> = Vec::new();
-    for s in 0..=steps {
-        let b: Vec<Vec<u32>> = (0..batch)
-            .map(|i| {
-                let start = ((s * batch + i) * seq) % (ids.len() - window);
-                ids[start..start + window].to_vec()
-            })
-            .collect();
-        batches.push(b);
-    }
-    assert!(ids.len() > per_step, "not enough text");
+    assert!(ids.len() > window, "not enough text");
+    let batches: Vec<Vec<Vec<u32>>> = (0..=steps)
+        .map(|s| {
+            (0..batch)
+                .map(|i| {
+                    let start = ((s * batch + i) * seq) % (ids.len() - window);
+                    ids[start..start + window].to_vec()
+                })
+                .collect()
+        })
+        .collect();
     let windows_path = dir.path().join("windows.json");
     std::fs::write(&windows_path, serde_json::to_string(&batches).unwrap()).unwrap();
 
-    // Ours.
-    let files = ModelFiles::locate(&model_dir).unwrap();
-    let model = LlamaTrainer::load(&files).unwrap();
-    let mut optimizer = AdamW::new(
-        model.vars(),
-        ParamsAdamW {
-            lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-        },
-    )
-    .unwrap();
-    let run_step = |b: &Vec<Vec<u32>>, optimizer: &mut AdamW| -> f32 {
-        let flat: Vec<u32> = b.iter().flatten().copied().collect();
-        let ids = Tensor::from_vec(flat, (batch, window), &Device::Cpu).unwrap();
-        let weights = Tensor::ones((batch, seq), candle_core::DType::F32, &Device::Cpu).unwrap();
-        let loss = model.loss(&ids, &weights).unwrap();
-        let grads = loss.backward().unwrap();
-        optimizer.step(&grads).unwrap();
-        loss.to_scalar::<f32>().unwrap()
-    };
-    run_step(&batches[0], &mut optimizer);
-    let started = Instant::now();
-    let mut losses = Vec::new();
-    for b in &batches[1..] {
-        losses.push(run_step(b, &mut optimizer));
-    }
-    let ours_seconds = started.elapsed().as_secs_f64();
-    let tokens = (steps * batch * seq) as f64;
-    let ours = tokens / ours_seconds;
+    let ours = run_side(
+        Command::new(std::env::current_exe().unwrap())
+            .env("TABCONTAM_BENCH_SIDE", "ours")
+            .env("TABCONTAM_BENCH_MODEL_DIR", &model_dir)
+            .env("TABCONTAM_BENCH_WINDOWS", &windows_path)
+            // Both sides on the same number of threads (candle's CPU kernels and ours read
+            // this).
+            .env("RAYON_NUM_THREADS", threads.to_string()),
+    );
+    let theirs = run_side(
+        Command::new(python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/bench_train_torch.py"
+            ))
+            .arg(&model_dir)
+            .arg(&windows_path)
+            .arg(steps.to_string())
+            .arg(threads.to_string())
+            .arg(LR.to_string()),
+    );
+    let speed = |v: &Value| v["tokens_per_s"].as_f64().unwrap();
+    let rss = |v: &Value| gib(v["peak_rss"].as_f64().unwrap());
+    println!(
+        "{name}: llama hidden {} × {} layers, vocab {} ({} parameters), f32, batch {batch} × seq {seq}, {steps} steps, {threads} threads",
+        shape.hidden, shape.layers, shape.vocab, ours["parameters"]
+    );
+    println!(
+        "  tabcontam (candle) {:>8.1} tokens/s  peak RSS {}  losses {}",
+        speed(&ours),
+        rss(&ours),
+        ours["losses"]
+    );
+    println!(
+        "  PyTorch            {:>8.1} tokens/s  peak RSS {}  losses {}",
+        speed(&theirs),
+        rss(&theirs),
+        theirs["losses"]
+    );
+    println!(
+        "  ratio tabcontam / PyTorch: {:.2}x",
+        speed(&ours) / speed(&theirs)
+    );
+}
 
-    // PyTorch, same folder and windows.
-    let output = Command::new(&python)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/scripts/bench_train_torch.py"
-        ))
-        .arg(&model_dir)
-        .arg(&windows_path)
-        .arg(steps.to_string())
-        .arg(threads.to_string())
-        .arg(lr.to_string())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let torch: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
-    let theirs = torch["tokens_per_s"].as_f64().unwrap();
-    println!(
-        "training throughput, llama hidden {hidden} × {layers} layers ({} parameters), batch {batch} × seq {seq}, {steps} steps, {threads} threads",
-        model.parameter_count()
-    );
-    println!("  tabcontam (candle) {ours:>9.1} tokens/s  losses {losses:?}");
-    println!(
-        "  PyTorch            {theirs:>9.1} tokens/s  losses {}",
-        torch["losses"]
-    );
-    println!("  ratio tabcontam / PyTorch: {:.2}x", ours / theirs);
+fn main() {
+    if std::env::var("TABCONTAM_BENCH_SIDE").as_deref() == Ok("ours") {
+        let var = |name: &str| std::env::var_os(name).expect(name).into();
+        let (model, windows): (std::path::PathBuf, std::path::PathBuf) = (
+            var("TABCONTAM_BENCH_MODEL_DIR"),
+            var("TABCONTAM_BENCH_WINDOWS"),
+        );
+        ours(&model, &windows);
+        return;
+    }
+    let python = std::env::var("TABCONTAM_BENCH_PYTHON").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/tabcontam-test-assets/py-local/bin/python",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    if !Path::new(&python).is_file() {
+        eprintln!("SKIP: no PyTorch venv at {python} (set TABCONTAM_BENCH_PYTHON)");
+        return;
+    }
+    let models = std::env::var("TABCONTAM_BENCH_MODELS").unwrap_or_else(|_| "smollm2,toy".into());
+    for model in models.split(',').map(str::trim) {
+        match model {
+            "smollm2" => race("SmolLM2-135M shape", &tiny_llama::SMOLLM2_135M, &python),
+            "toy" => {
+                let hidden = setting("HIDDEN", 256);
+                let shape = LlamaShape {
+                    vocab: tiny_llama::BYTE_VOCAB,
+                    hidden,
+                    intermediate: hidden * 3,
+                    layers: setting("LAYERS", 4),
+                    heads: 4,
+                    kv_heads: 2,
+                    tied: false,
+                };
+                race("toy", &shape, &python)
+            }
+            other => panic!("TABCONTAM_BENCH_MODELS: `{other}` is neither smollm2 nor toy"),
+        }
+    }
 }

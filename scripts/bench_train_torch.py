@@ -1,7 +1,8 @@
 """PyTorch side of `cargo bench --bench train_vs_torch`: the same llama folder, the same
 token windows, batch size, sequence length, thread count and AdamW settings; prints one JSON
-line with tokens/s of forward + backward + optimizer step."""
+line with tokens/s of forward + backward + optimizer step and the process's peak RSS."""
 import json
+import resource
 import sys
 import time
 
@@ -38,7 +39,9 @@ def main():
         tokens += len(batch) * (len(batch[0]) - 1)
     seconds = time.perf_counter() - started
     print(json.dumps({"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
-                      "losses": losses}))
+                      "losses": losses,
+                      # ru_maxrss is in KiB on Linux.
+                      "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 
 
 if __name__ == "__main__":

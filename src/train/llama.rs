@@ -11,10 +11,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use serde_json::{Value, json};
 
 use super::TrainError;
+use super::ops;
 use crate::infer::files::{ModelFiles, WeightFormat};
 use crate::infer::weights::{GgufMetadata, Weights};
 
@@ -176,7 +177,6 @@ pub struct LlamaTrainer {
     lm_head: Option<Var>,
     final_norm: Var,
     layers: Vec<Layer>,
-    device: Device,
 }
 
 /// llama.cpp's `permute` of q/k rows undone: `(heads, 2, half, in)` was stored as
@@ -227,7 +227,7 @@ impl LlamaTrainer {
                         get(&format!("{p}.mlp.down_proj.weight"))?,
                     ]);
                 }
-                Self::from_tensors(config, embed, lm_head, final_norm, layers, device)
+                Self::from_tensors(config, embed, lm_head, final_norm, layers)
             }
             WeightFormat::Gguf(path) => {
                 let (mut weights, meta) = Weights::open_gguf(path, &device, DType::F32)?;
@@ -258,7 +258,7 @@ impl LlamaTrainer {
                         get("ffn_down")?,
                     ]);
                 }
-                Self::from_tensors(config, embed, lm_head, final_norm, layers, device)
+                Self::from_tensors(config, embed, lm_head, final_norm, layers)
             }
         }
     }
@@ -269,7 +269,6 @@ impl LlamaTrainer {
         lm_head: Option<Tensor>,
         final_norm: Tensor,
         layers: Vec<[Tensor; 9]>,
-        device: Device,
     ) -> Result<Self, TrainError> {
         let var = |t: Tensor| {
             Var::from_tensor(&t).map_err(|source| TrainError::Candle {
@@ -299,7 +298,6 @@ impl LlamaTrainer {
             final_norm: var(final_norm)?,
             layers,
             config,
-            device,
         })
     }
 
@@ -362,35 +360,85 @@ impl LlamaTrainer {
     /// Mean next-token cross-entropy of `ids` (`batch × (seq + 1)` token ids, as u32)
     /// over the positions where `weights` (`batch × seq`, 1.0 or 0.0) is 1.
     pub fn loss(&self, ids: &Tensor, weights: &Tensor) -> candle_core::Result<Tensor> {
-        let (batch, len) = ids.dims2()?;
+        let (_, len) = ids.dims2()?;
         let seq = len - 1;
         let inputs = ids.narrow(1, 0, seq)?;
-        let targets = ids.narrow(1, 1, seq)?.flatten_all()?;
-        let logits = self.logits(&inputs)?; // (batch * seq, vocab)
-        let log_probs = log_softmax(&logits)?;
-        let picked = log_probs
-            .gather(&targets.unsqueeze(1)?, 1)?
-            .squeeze(1)?
-            .reshape((batch, seq))?;
-        let weights = weights.to_dtype(DType::F32)?;
-        let count = weights.sum_all()?.to_scalar::<f32>()?.max(1.0);
-        (picked * weights)?
-            .sum_all()?
-            .affine(-1.0 / count as f64, 0.0)
+        let targets = ids.narrow(1, 1, seq)?.flatten_all()?.to_vec1::<u32>()?;
+        let weights = weights
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let count = weights.iter().sum::<f32>();
+        let hidden = self.hidden(&inputs)?;
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        ops::head_cross_entropy(&hidden, head.as_tensor(), targets, weights, count)
     }
 
-    /// Next-token logits for every position, `(batch * seq, vocab)`.
-    pub fn logits(&self, inputs: &Tensor) -> candle_core::Result<Tensor> {
+    /// The final hidden state (after the last norm) of every position, `(batch * seq,
+    /// hidden)`, through the fused ops of [`ops`].
+    fn hidden(&self, inputs: &Tensor) -> candle_core::Result<Tensor> {
         let (batch, seq) = inputs.dims2()?;
         let c = &self.config;
         let mut xs = self
             .embed
             .as_tensor()
             .index_select(&inputs.flatten_all()?, 0)?; // (batch * seq, hidden)
-        let (cos, sin) = self.rope_tables(seq)?;
-        let mask = causal_mask(seq, &self.device)?;
+        let rope = ops::Rope::new(seq, c.head_dim, c.rope_theta);
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
         for layer in &self.layers {
-            let h = rms_norm(&xs, &layer.attn_norm, c.rms_eps)?;
+            let h = ops::rms_norm(&xs, layer.attn_norm.as_tensor(), c.rms_eps)?;
+            // Rotated in the `(batch, seq, heads, dim)` layout the projection writes; the
+            // attention op moves them to head-major order itself (and does not keep the
+            // copies). Grouped-query attention: each kv head serves `group` query heads,
+            // which are folded into the query rows so k and v are never copied.
+            let q = ops::rope(
+                &linear(&h, &layer.q)?.reshape((batch, seq, c.num_heads, c.head_dim))?,
+                &rope,
+            )?;
+            let k = ops::rope(
+                &linear(&h, &layer.k)?.reshape((batch, seq, c.num_kv_heads, c.head_dim))?,
+                &rope,
+            )?;
+            let v = linear(&h, &layer.v)?
+                .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?;
+            let probs = ops::attention_probs(&q, &k, c.num_kv_heads, scale)?;
+            let attended = probs
+                .matmul(&v)?
+                .reshape((batch, c.num_heads, seq, c.head_dim))?
+                .transpose(1, 2)?
+                .reshape((batch * seq, c.num_heads * c.head_dim))?;
+            xs = (xs + linear(&attended, &layer.o)?)?;
+            let h = ops::rms_norm(&xs, layer.ffn_norm.as_tensor(), c.rms_eps)?;
+            let down = ops::swiglu_down(
+                &linear(&h, &layer.gate)?,
+                &linear(&h, &layer.up)?,
+                layer.down.as_tensor(),
+            )?;
+            xs = (xs + down)?;
+        }
+        ops::rms_norm(&xs, self.final_norm.as_tensor(), c.rms_eps)
+    }
+
+    /// The loss composed of plain candle ops (the forward pass before the fused ops), the
+    /// reference the fused network is checked against.
+    #[cfg(test)]
+    fn composed_loss(&self, ids: &Tensor, weights: &Tensor) -> candle_core::Result<Tensor> {
+        use ops::composed::*;
+        let (batch, len) = ids.dims2()?;
+        let seq = len - 1;
+        let inputs = ids.narrow(1, 0, seq)?;
+        let targets = ids.narrow(1, 1, seq)?.flatten_all()?;
+        let c = &self.config;
+        let mut xs = self
+            .embed
+            .as_tensor()
+            .index_select(&inputs.flatten_all()?, 0)?;
+        let (cos, sin) = rope_tables(seq, c.head_dim, c.rope_theta, &Device::Cpu)?;
+        let mask = causal_mask(seq, &Device::Cpu)?;
+        for layer in &self.layers {
+            let h = rms_norm(&xs, layer.attn_norm.as_tensor(), c.rms_eps)?;
             let q = linear(&h, &layer.q)?
                 .reshape((batch, seq, c.num_heads, c.head_dim))?
                 .transpose(1, 2)?;
@@ -403,8 +451,6 @@ impl LlamaTrainer {
                 .contiguous()?;
             let q = rotate(&q, &cos, &sin)?;
             let k = rotate(&k, &cos, &sin)?;
-            // Grouped-query attention: each kv head serves `group` query heads, which are
-            // folded into the query rows so k and v are never copied.
             let group = c.num_heads / c.num_kv_heads;
             let q = q.reshape((batch, c.num_kv_heads, group * seq, c.head_dim))?;
             let scores = (q.matmul(&k.t()?)? * (1.0 / (c.head_dim as f64).sqrt()))?
@@ -417,37 +463,22 @@ impl LlamaTrainer {
                 .transpose(1, 2)?
                 .reshape((batch * seq, c.num_heads * c.head_dim))?;
             xs = (xs + linear(&attended, &layer.o)?)?;
-            let h = rms_norm(&xs, &layer.ffn_norm, c.rms_eps)?;
+            let h = rms_norm(&xs, layer.ffn_norm.as_tensor(), c.rms_eps)?;
             let gate = linear(&h, &layer.gate)?;
             let gated = (silu(&gate)? * linear(&h, &layer.up)?)?;
             xs = (xs + linear(&gated, &layer.down)?)?;
         }
-        let xs = rms_norm(&xs, &self.final_norm, c.rms_eps)?;
-        linear(&xs, self.lm_head.as_ref().unwrap_or(&self.embed))
-    }
-
-    /// `cos`/`sin` of shape `(seq, head_dim)` (each frequency twice, halves layout).
-    fn rope_tables(&self, seq: usize) -> candle_core::Result<(Tensor, Tensor)> {
-        let dim = self.config.head_dim;
-        let half = dim / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0 / (self.config.rope_theta as f32).powf((2 * i) as f32 / dim as f32))
-            .collect();
-        let mut cos = Vec::with_capacity(seq * dim);
-        let mut sin = Vec::with_capacity(seq * dim);
-        for pos in 0..seq {
-            for _ in 0..2 {
-                for &f in &inv_freq {
-                    let angle = pos as f32 * f;
-                    cos.push(angle.cos());
-                    sin.push(angle.sin());
-                }
-            }
-        }
-        Ok((
-            Tensor::from_vec(cos, (seq, dim), &self.device)?,
-            Tensor::from_vec(sin, (seq, dim), &self.device)?,
-        ))
+        let xs = rms_norm(&xs, self.final_norm.as_tensor(), c.rms_eps)?;
+        let logits = linear(&xs, self.lm_head.as_ref().unwrap_or(&self.embed))?;
+        let picked = log_softmax(&logits)?
+            .gather(&targets.unsqueeze(1)?, 1)?
+            .squeeze(1)?
+            .reshape((batch, seq))?;
+        let weights = weights.to_dtype(DType::F32)?;
+        let count = weights.sum_all()?.to_scalar::<f32>()?.max(1.0);
+        (picked * weights)?
+            .sum_all()?
+            .affine(-1.0 / count as f64, 0.0)
     }
 }
 
@@ -456,53 +487,9 @@ fn linear(xs: &Tensor, w: &Var) -> candle_core::Result<Tensor> {
     xs.matmul(&w.as_tensor().t()?)
 }
 
-/// `x / sqrt(mean(x²) + eps) * w` over the last dimension.
-fn rms_norm(xs: &Tensor, w: &Var, eps: f64) -> candle_core::Result<Tensor> {
-    let mean_square = xs.sqr()?.mean_keepdim(D::Minus1)?;
-    let inv = (mean_square + eps)?.sqrt()?.recip()?;
-    xs.broadcast_mul(&inv)?.broadcast_mul(w.as_tensor())
-}
-
-/// `x · sigmoid(x)` from exp, so that it has a gradient.
-fn silu(xs: &Tensor) -> candle_core::Result<Tensor> {
-    let sigmoid = (xs.neg()?.exp()? + 1.0)?.recip()?;
-    xs * sigmoid
-}
-
-/// Softmax over the last dimension; the max is a constant shift for stability (detached).
-fn softmax(xs: &Tensor) -> candle_core::Result<Tensor> {
-    let max = xs.max_keepdim(D::Minus1)?.detach();
-    let exp = xs.broadcast_sub(&max)?.exp()?;
-    exp.broadcast_div(&exp.sum_keepdim(D::Minus1)?)
-}
-
-fn log_softmax(xs: &Tensor) -> candle_core::Result<Tensor> {
-    let max = xs.max_keepdim(D::Minus1)?.detach();
-    let shifted = xs.broadcast_sub(&max)?;
-    let log_sum = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
-    shifted.broadcast_sub(&log_sum)
-}
-
-/// Rotary embedding, halves layout: `x·cos + rotate_half(x)·sin`.
-fn rotate(xs: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-    let dim = xs.dim(D::Minus1)?;
-    let half = dim / 2;
-    let first = xs.narrow(D::Minus1, 0, half)?;
-    let second = xs.narrow(D::Minus1, half, half)?;
-    let rotated = Tensor::cat(&[&second.neg()?, &first], D::Minus1)?;
-    xs.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
-}
-
-/// `0` on and below the diagonal, `-inf` above: `(seq, seq)`.
-fn causal_mask(seq: usize, device: &Device) -> candle_core::Result<Tensor> {
-    let values: Vec<f32> = (0..seq)
-        .flat_map(|i| (0..seq).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
-        .collect();
-    Tensor::from_vec(values, (seq, seq), device)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::ops::composed::*;
     use super::*;
 
     /// The hand-written ops agree with candle's fused inference kernels.
@@ -518,7 +505,7 @@ mod tests {
         assert!(close(&softmax(&xs).unwrap(), &fused) < 1e-6);
         let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, 8, &device).unwrap()).unwrap();
         let fused = candle_nn::ops::rms_norm(&xs, w.as_tensor(), 1e-6).unwrap();
-        assert!(close(&rms_norm(&xs, &w, 1e-6).unwrap(), &fused) < 1e-5);
+        assert!(close(&rms_norm(&xs, w.as_tensor(), 1e-6).unwrap(), &fused) < 1e-5);
         assert!(close(&silu(&xs).unwrap(), &candle_nn::ops::silu(&xs).unwrap()) < 1e-6);
         // Rotary tables of the halves layout against candle's `rope` kernel.
         let half = 4;
@@ -530,6 +517,76 @@ mod tests {
         assert!(close(&rotate(&xs, &cos2, &sin2).unwrap(), &fused) < 1e-5);
         let log = log_softmax(&xs).unwrap().exp().unwrap();
         assert!(close(&log, &softmax(&xs).unwrap()) < 1e-6);
+    }
+
+    /// The network through the fused ops gives the loss and every weight's gradient of the
+    /// network composed of plain candle ops (tied embeddings, grouped-query attention, some
+    /// positions out of the loss).
+    #[test]
+    fn fused_network_matches_the_composed_one() {
+        let device = Device::Cpu;
+        let config = LlamaConfig {
+            vocab_size: 40,
+            hidden_size: 16,
+            intermediate_size: 24,
+            num_layers: 2,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 4,
+            rms_eps: 1e-5,
+            rope_theta: 10_000.0,
+            tie_embeddings: true,
+            max_position_embeddings: 64,
+            bos_token_id: None,
+            eos_token_id: None,
+        };
+        let randn = |shape: &[usize], std: f32| Tensor::randn(0f32, std, shape, &device).unwrap();
+        let (h, i) = (config.hidden_size, config.intermediate_size);
+        let layers = (0..config.num_layers)
+            .map(|_| {
+                [
+                    (randn(&[h], 0.1) + 1.0).unwrap(),
+                    randn(&[16, h], 0.3),
+                    randn(&[8, h], 0.3),
+                    randn(&[8, h], 0.3),
+                    randn(&[h, 16], 0.3),
+                    (randn(&[h], 0.1) + 1.0).unwrap(),
+                    randn(&[i, h], 0.3),
+                    randn(&[i, h], 0.3),
+                    randn(&[h, i], 0.3),
+                ]
+            })
+            .collect();
+        let model = LlamaTrainer::from_tensors(
+            config,
+            randn(&[40, h], 1.0),
+            None,
+            (randn(&[h], 0.1) + 1.0).unwrap(),
+            layers,
+        )
+        .unwrap();
+        let ids: Vec<u32> = (0..3 * 10).map(|i| (i * 13 % 40) as u32).collect();
+        let ids = Tensor::from_vec(ids, (3, 10), &device).unwrap();
+        let mut weights = vec![1f32; 3 * 9];
+        weights[20..].fill(0.0);
+        let weights = Tensor::from_vec(weights, (3, 9), &device).unwrap();
+        let fused = model.loss(&ids, &weights).unwrap();
+        let composed = model.composed_loss(&ids, &weights).unwrap();
+        let (a, b) = (
+            fused.to_scalar::<f32>().unwrap(),
+            composed.to_scalar::<f32>().unwrap(),
+        );
+        assert!((a - b).abs() < 1e-4, "fused loss {a}, composed {b}");
+        let (ga, gb) = (fused.backward().unwrap(), composed.backward().unwrap());
+        for (name, var) in model.named_vars() {
+            let (x, y) = (
+                ga.get(var.as_tensor()).unwrap(),
+                gb.get(var.as_tensor()).unwrap(),
+            );
+            let diff = (x - y).unwrap().abs().unwrap().max_all().unwrap();
+            let diff = diff.to_scalar::<f32>().unwrap();
+            assert!(diff < 1e-4, "{name}: gradients differ by {diff}");
+        }
     }
 
     /// llama.cpp's permutation (as in convert_hf_to_gguf.py) undone gives the original.

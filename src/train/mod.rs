@@ -11,6 +11,7 @@
 
 pub mod data;
 pub mod llama;
+pub mod ops;
 pub mod optimizer;
 pub mod resume;
 

@@ -256,22 +256,72 @@ pub fn write_small_llama(
     hidden: usize,
     layers: usize,
 ) {
+    let shape = LlamaShape {
+        vocab,
+        hidden,
+        intermediate: hidden * 3,
+        layers,
+        heads: 4,
+        kv_heads: 2,
+        tied: false,
+    };
+    write_llama(dir, tokenizer, &shape);
+}
+
+/// The shape of a llama written by [`write_llama`].
+#[derive(Debug, Clone)]
+pub struct LlamaShape {
+    pub vocab: usize,
+    pub hidden: usize,
+    pub intermediate: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    /// The output head shares the embeddings (no `lm_head.weight`).
+    pub tied: bool,
+}
+
+/// SmolLM2-135M's shape (its GGUF's `llama.*` metadata: 30 blocks of 576, 9 query and 3
+/// key/value heads of 64, feed-forward 1536, 49,152 ids, tied output head), for the
+/// real-size training race.
+pub const SMOLLM2_135M: LlamaShape = LlamaShape {
+    vocab: 49_152,
+    hidden: 576,
+    intermediate: 1536,
+    layers: 30,
+    heads: 9,
+    kv_heads: 3,
+    tied: true,
+};
+
+/// A llama of `shape` with random weights (standard deviation 0.02) and the given
+/// tokenizer, as a safetensors folder that both `src/train` and transformers load.
+pub fn write_llama(dir: &Path, tokenizer: &Value, shape: &LlamaShape) {
     std::fs::create_dir_all(dir).unwrap();
-    let inter = hidden * 3;
+    let LlamaShape {
+        vocab,
+        hidden,
+        intermediate: inter,
+        layers,
+        heads,
+        kv_heads,
+        tied,
+    } = *shape;
     let config = json!({
         "model_type": "llama", "vocab_size": vocab, "hidden_size": hidden,
-        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "eos_token_id": 1, "tie_word_embeddings": false
+        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "eos_token_id": 1, "tie_word_embeddings": tied
     });
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
 
-    let kv = hidden / 2;
-    let mut shapes: Vec<(String, Vec<usize>)> = vec![
-        ("model.embed_tokens.weight".into(), vec![vocab, hidden]),
-        ("lm_head.weight".into(), vec![vocab, hidden]),
-    ];
+    let kv = hidden / heads * kv_heads;
+    let mut shapes: Vec<(String, Vec<usize>)> =
+        vec![("model.embed_tokens.weight".into(), vec![vocab, hidden])];
+    if !tied {
+        shapes.push(("lm_head.weight".into(), vec![vocab, hidden]));
+    }
     for layer in 0..layers {
         let p = format!("model.layers.{layer}");
         shapes.extend([

@@ -3,14 +3,23 @@
 //! parity tests on each path this CPU can take, see `tests/local_inference.rs`).
 //!
 //! One binary runs on every x86-64 machine: nothing here depends on compile-time target
-//! features. AVX-512 VNNI (`vpdpbusd`: 64 unsigned×signed byte products summed into 16
-//! int32 lanes per instruction) runs the prefill's quantized matmuls as int8 panels
-//! ([`crate::vnni`]), on AMX tiles where the CPU has them and Linux grants them
-//! ([`crate::amx`]); AVX2 runs them as f32 GEMMs over expanded weights. The dependencies' own choices are not ours to make (candle and gemm detect
-//! AVX2/FMA at run time; gemm's AVX-512 kernels are behind its `x86-v4` feature, which is
-//! off, and candle's AVX-512 repacked kernels are reached only through candle's own
-//! quantized matmul, which `src/infer` never calls for the block types it handles), so
-//! on an AVX-512 machine they take the same AVX2 path as on an AVX2 one.
+//! features. What is chosen at run time on x86-64:
+//!
+//! - These kernels: `amx` (AMX tiles for the prefill's int8 panels, [`crate::amx`], where
+//!   the CPU has them and Linux grants them), `avx512` (AVX-512 F/BW/VL with VNNI:
+//!   `vpdpbusd`, 64 unsigned×signed byte products into 16 int32 lanes, for the int8 panels
+//!   of [`crate::vnni`] and the quantizer), `avx2` (AVX2+FMA+F16C; prefills expand the
+//!   weights for an f32 GEMM) or portable loops. `TABCONTAM_CPU` forces one.
+//! - Every f32 matmul (candle's, through the `gemm` crate: training's projections and output
+//!   head, inference's f32 and dequantized weights): AVX-512F when present, else FMA (AVX2),
+//!   else scalar. The root Cargo.toml turns on gemm's `x86-v4` feature, which compiles its
+//!   AVX-512 kernels beside the others; gemm picks among them with
+//!   `is_x86_feature_detected!` on its first call. `TABCONTAM_CPU` does not reach it.
+//! - The training loops of [`crate::train`] and [`crate::adamw`]: plain Rust that the
+//!   compiler vectorizes for the baseline target (SSE2); they are a small share of a
+//!   training step beside the matmuls.
+//! - candle's AVX-512 repacked kernels are reached only through candle's own quantized
+//!   matmul, which `src/infer` never calls for the block types it handles.
 
 use std::sync::OnceLock;
 

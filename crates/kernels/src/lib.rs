@@ -1,8 +1,10 @@
 //! The hot CPU loops of tabcontam's local engine, on plain slices: Q4_1 weights multiplied
 //! as stored ([`q4_1`]), quantized weights times many rows as int8 panels on AVX-512 VNNI
-//! ([`vnni`], on AMX tiles where present: [`amx`]) and attention for decoding steps read from a KV cache ([`attention`]), on the
-//! instruction set [`cpu`] selects at run time; [`peak`] measures each path's arithmetic
-//! peak for the benchmarks' rooflines.
+//! ([`vnni`], on AMX tiles where present: [`amx`]), the gated MLP's activation
+//! ([`activation`]) and attention for decoding steps read from a KV cache ([`attention`]),
+//! on the instruction set [`cpu`] selects at run time, and the loops of full fine-tuning
+//! ([`train`], [`adamw`]); [`peak`] measures each path's arithmetic peak for the
+//! benchmarks' rooflines.
 //!
 //! They live apart from `src/infer` (which adapts candle tensors to them) for one reason:
 //! this crate is built with `opt-level = 3` even in test builds, where the main crate is
@@ -17,6 +19,7 @@ pub mod attention;
 pub mod cpu;
 pub mod peak;
 pub mod q4_1;
+pub mod train;
 pub mod vnni;
 
 /// The `rows × n` (row-major) result of a block matmul computed on the pool a task of

@@ -1,0 +1,760 @@
+//! The trainer's fused differentiable ops: candle custom ops whose forward and backward are
+//! one parallel pass each over `tabcontam_kernels::train` (RMSNorm, SiLU·mul and the down
+//! projection, rotary embedding, causal attention probabilities) and the output head with
+//! its cross-entropy computed a chunk of tokens at a time, so that no `tokens × vocab`
+//! block outlives its chunk.
+//!
+//! Composed from candle's elementwise ops these ran on one core and autograd kept every
+//! intermediate (the head's log-softmax alone kept several `tokens × 49,152` copies); the
+//! composed versions stay (module `composed`, tests only) as the reference these are
+//! checked against, op by op here and as a whole network in `llama.rs`.
+//!
+//! Size: each op is a forward, a backward and a test against its composed reference
+//! (`composed`, kept here beside what it checks); seven ops make the file long.
+
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Storage, Tensor, bail,
+};
+use tabcontam_kernels::train as k;
+
+/// The f32 values of a contiguous CPU storage, or an error naming the op.
+fn slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
+    let CpuStorage::F32(values) = storage else {
+        bail!("{op}: f32 tensors only")
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        bail!("{op}: contiguous tensors only")
+    };
+    Ok(&values[start..end])
+}
+
+/// Runs `f` on the f32 values of `t` (made contiguous first when it is not).
+fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        bail!("the trainer's ops run on CPU only")
+    };
+    Ok(f(slice(cpu, layout, "with_values")?))
+}
+
+fn tensor(values: Vec<f32>, shape: &Shape, like: &Tensor) -> candle_core::Result<Tensor> {
+    Tensor::from_vec(values, shape.clone(), like.device())
+}
+
+/// RMSNorm over the last dimension: `x / √(mean(x²) + eps) · w`.
+struct RmsNorm {
+    eps: f32,
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "train-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(s1, l1, self.name())?;
+        let w = slice(s2, l2, self.name())?;
+        if l1.dims().last() != Some(&w.len()) {
+            bail!(
+                "rms_norm: weight of {} for rows of {:?}",
+                w.len(),
+                l1.dims()
+            )
+        }
+        let mut out = vec![0f32; x.len()];
+        k::rms_norm(x, w, self.eps, &mut out);
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let mut dx = vec![0f32; x.elem_count()];
+        let mut dw = vec![0f32; w.elem_count()];
+        with_values(x, |x| {
+            with_values(w, |w| {
+                with_values(grad, |g| {
+                    k::rms_norm_backward(x, w, self.eps, g, &mut dx, &mut dw)
+                })
+            })
+        })???;
+        Ok((
+            Some(tensor(dx, x.shape(), x)?),
+            Some(tensor(dw, w.shape(), w)?),
+        ))
+    }
+}
+
+pub fn rms_norm(xs: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    xs.contiguous()?
+        .apply_op2(&w.contiguous()?, RmsNorm { eps: eps as f32 })
+}
+
+/// `silu(gate) · up`.
+struct SwiGlu;
+
+impl CustomOp2 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "train-swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        if l1.shape() != l2.shape() {
+            bail!("swiglu: gate {:?}, up {:?}", l1.dims(), l2.dims())
+        }
+        let gate = slice(s1, l1, self.name())?;
+        let up = slice(s2, l2, self.name())?;
+        let mut out = vec![0f32; gate.len()];
+        k::swiglu(gate, up, &mut out);
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let n = gate.elem_count();
+        let (mut dgate, mut dup) = (vec![0f32; n], vec![0f32; n]);
+        with_values(gate, |gate| {
+            with_values(up, |up| {
+                with_values(grad, |g| {
+                    k::swiglu_backward(gate, up, g, &mut dgate, &mut dup)
+                })
+            })
+        })???;
+        Ok((
+            Some(tensor(dgate, gate.shape(), gate)?),
+            Some(tensor(dup, up.shape(), up)?),
+        ))
+    }
+}
+
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
+    gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+}
+
+/// Rotary embedding (halves layout) of `(batch, seq, heads, dim)`, tables `(seq, dim/2)`.
+#[derive(Clone)]
+pub struct Rope {
+    pub cos: std::sync::Arc<Vec<f32>>,
+    pub sin: std::sync::Arc<Vec<f32>>,
+    pub seq: usize,
+}
+
+impl Rope {
+    /// The tables of positions `0..seq` for heads of `dim` with base `theta`.
+    pub fn new(seq: usize, dim: usize, theta: f64) -> Self {
+        let half = dim / 2;
+        let mut cos = Vec::with_capacity(seq * half);
+        let mut sin = Vec::with_capacity(seq * half);
+        for pos in 0..seq {
+            for i in 0..half {
+                let freq = 1.0 / (theta as f32).powf((2 * i) as f32 / dim as f32);
+                let angle = pos as f32 * freq;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        Rope {
+            cos: cos.into(),
+            sin: sin.into(),
+            seq,
+        }
+    }
+
+    fn run(&self, x: &[f32], dims: &[usize], inverse: bool) -> candle_core::Result<Vec<f32>> {
+        let [_, seq, heads, dim] = dims else {
+            bail!("rope: (batch, seq, heads, dim) expected, got {dims:?}")
+        };
+        if *seq != self.seq || dim / 2 * self.seq != self.cos.len() {
+            bail!("rope: tables of {} positions for {dims:?}", self.seq)
+        }
+        let mut out = vec![0f32; x.len()];
+        k::rope(x, &self.cos, &self.sin, *seq, *heads, inverse, &mut out);
+        Ok(out)
+    }
+}
+
+impl CustomOp1 for Rope {
+    fn name(&self) -> &'static str {
+        "train-rope"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(s, l, self.name())?;
+        Ok((
+            CpuStorage::F32(self.run(x, l.dims(), false)?),
+            l.shape().clone(),
+        ))
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let dx = with_values(grad, |g| self.run(g, grad.dims(), true))??;
+        Ok(Some(tensor(dx, x.shape(), x)?))
+    }
+}
+
+pub fn rope(xs: &Tensor, rope: &Rope) -> candle_core::Result<Tensor> {
+    xs.contiguous()?.apply_op1(rope.clone())
+}
+
+/// `softmax(scale · x)` over the last dimension (`seq` keys) with the keys after each
+/// query's position (`row % seq`) masked out.
+struct CausalSoftmax {
+    scale: f32,
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "train-causal-softmax"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(s, l, self.name())?;
+        let seq = *l.dims().last().unwrap_or(&1);
+        let mut out = vec![0f32; x.len()];
+        k::causal_softmax(x, seq, self.scale, &mut out);
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let seq = *x.dims().last().unwrap_or(&1);
+        let mut dx = vec![0f32; x.elem_count()];
+        with_values(res, |p| {
+            with_values(grad, |g| {
+                k::causal_softmax_backward(p, g, seq, self.scale, &mut dx)
+            })
+        })??;
+        Ok(Some(tensor(dx, x.shape(), x)?))
+    }
+}
+
+/// Causal softmax of attention scores whose last two dimensions are (queries, keys) of
+/// one sequence, or queries of several heads stacked (`row % seq` is the position).
+pub fn causal_softmax(scores: &Tensor, scale: f64) -> candle_core::Result<Tensor> {
+    scores.contiguous()?.apply_op1(CausalSoftmax {
+        scale: scale as f32,
+    })
+}
+
+/// Tokens per chunk of the output head: a chunk's logits are `TOKENS × vocab` floats
+/// (48 MB for 49,152 ids), enough rows for the matmuls to run at full speed.
+const HEAD_CHUNK: usize = 256;
+
+/// The output head and its mean cross-entropy: `hidden` `(n, h)` times `weight` `(vocab, h)`
+/// transposed, softmax cross-entropy against `targets`, each token's loss weighted and
+/// the sum divided by `count`. The logits exist one chunk at a time, in the forward pass and
+/// again (recomputed) in the backward pass.
+struct HeadCrossEntropy {
+    targets: Vec<u32>,
+    weights: Vec<f32>,
+    count: f32,
+}
+
+impl HeadCrossEntropy {
+    /// Per chunk: the loss sum, and with `grad_scale` the gradients `(d hidden, d weight)`.
+    fn run(
+        &self,
+        hidden: &Tensor,
+        weight: &Tensor,
+        grad_scale: Option<f32>,
+    ) -> candle_core::Result<(f64, Option<(Tensor, Tensor)>)> {
+        let (n, _) = hidden.dims2()?;
+        let (vocab, h) = weight.dims2()?;
+        let w_t = weight.t()?;
+        let mut loss = 0f64;
+        let mut d_hidden = Vec::new();
+        let mut d_weight: Option<Vec<f32>> = None;
+        for start in (0..n).step_by(HEAD_CHUNK) {
+            let len = HEAD_CHUNK.min(n - start);
+            let x = hidden.narrow(0, start, len)?;
+            let logits = x.matmul(&w_t)?;
+            let mut values = logits.flatten_all()?.to_vec1::<f32>()?;
+            drop(logits);
+            let losses = k::cross_entropy_rows(
+                &mut values,
+                vocab,
+                &self.targets[start..start + len],
+                &self.weights[start..start + len],
+                grad_scale,
+            );
+            loss += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
+            if grad_scale.is_some() {
+                let g = Tensor::from_vec(values, (len, vocab), hidden.device())?;
+                d_hidden.push(g.matmul(weight)?);
+                let dw = g.t()?.matmul(&x)?;
+                match &mut d_weight {
+                    None => d_weight = Some(dw.flatten_all()?.to_vec1::<f32>()?),
+                    Some(acc) => with_values(&dw, |dw| k::add_assign(acc, dw))?,
+                }
+            }
+        }
+        let grads = match (grad_scale, d_weight) {
+            (Some(_), Some(dw)) => Some((
+                Tensor::cat(&d_hidden, 0)?,
+                Tensor::from_vec(dw, (vocab, h), weight.device())?,
+            )),
+            _ => None,
+        };
+        Ok((loss, grads))
+    }
+}
+
+impl CustomOp2 for HeadCrossEntropy {
+    fn name(&self) -> &'static str {
+        "train-head-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        // Rebuilt as tensors so that the chunk matmuls are candle's (gemm, on every core).
+        let device = candle_core::Device::Cpu;
+        let hidden = Tensor::from_slice(slice(s1, l1, self.name())?, l1.shape(), &device)?;
+        let weight = Tensor::from_slice(slice(s2, l2, self.name())?, l2.shape(), &device)?;
+        let (loss, _) = self.run(&hidden, &weight, None)?;
+        Ok((
+            CpuStorage::F32(vec![(loss / f64::from(self.count)) as f32]),
+            Shape::from(()),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        hidden: &Tensor,
+        weight: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let scale = grad.to_dtype(DType::F32)?.to_scalar::<f32>()? / self.count;
+        let (_, grads) = self.run(&hidden.detach(), &weight.detach(), Some(scale))?;
+        let (dh, dw) = grads.expect("gradients were asked for");
+        Ok((Some(dh), Some(dw)))
+    }
+}
+
+/// Mean cross-entropy of the next-token logits `hidden · weightᵀ` against `targets`, over
+/// the positions whose `weights` entry is 1 (`count` of them; 0-weighted positions add
+/// nothing), without ever holding more than one chunk of logits.
+pub fn head_cross_entropy(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: Vec<u32>,
+    weights: Vec<f32>,
+    count: f32,
+) -> candle_core::Result<Tensor> {
+    let op = HeadCrossEntropy {
+        targets,
+        weights,
+        count: count.max(1.0),
+    };
+    hidden.contiguous()?.apply_op2(&weight.contiguous()?, op)
+}
+
+/// Causal attention probabilities straight from the rotated queries `(batch, seq, heads,
+/// dim)` and keys `(batch, seq, kv_heads, dim)`: `softmax(scale · q kᵀ)` masked, shaped
+/// `(batch, kv_heads, group · seq, seq)` (the `group` query heads of a kv head stacked).
+/// One op rather than transposes, a matmul and a softmax, so that neither the scores nor
+/// the head-major copies of q and k are kept for the backward pass (which recomputes the
+/// copies, a few MB, from the op's own inputs).
+struct AttentionProbs {
+    kv_heads: usize,
+    scale: f32,
+}
+
+impl AttentionProbs {
+    /// q as `(batch, kv_heads, group · seq, dim)` and k as `(batch, kv_heads, seq, dim)`.
+    fn head_major(&self, q: &Tensor, k: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
+        let (batch, seq, heads, dim) = q.dims4()?;
+        let group = heads / self.kv_heads;
+        let q =
+            q.transpose(1, 2)?
+                .contiguous()?
+                .reshape((batch, self.kv_heads, group * seq, dim))?;
+        let k = k.transpose(1, 2)?.contiguous()?;
+        Ok((q, k))
+    }
+}
+
+impl CustomOp2 for AttentionProbs {
+    fn name(&self) -> &'static str {
+        "train-attention-probs"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let device = candle_core::Device::Cpu;
+        let q = Tensor::from_slice(slice(s1, l1, self.name())?, l1.shape(), &device)?;
+        let k = Tensor::from_slice(slice(s2, l2, self.name())?, l2.shape(), &device)?;
+        let (q, k) = self.head_major(&q, &k)?;
+        let scores = q.matmul(&k.t()?)?;
+        let shape = scores.shape().clone();
+        let seq = k.dim(2)?;
+        let mut out = vec![0f32; scores.elem_count()];
+        with_values(&scores, |s| k::causal_softmax(s, seq, self.scale, &mut out))?;
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (qh, kh) = self.head_major(&q.detach(), &k.detach())?;
+        let seq = kh.dim(2)?;
+        let mut ds = vec![0f32; res.elem_count()];
+        with_values(res, |p| {
+            with_values(grad, |g| {
+                k::causal_softmax_backward(p, g, seq, self.scale, &mut ds)
+            })
+        })??;
+        let ds = tensor(ds, res.shape(), res)?;
+        let (batch, _, heads, dim) = q.dims4()?;
+        let dq = ds
+            .matmul(&kh)?
+            .reshape((batch, heads, seq, dim))?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let dk = ds.t()?.matmul(&qh)?.transpose(1, 2)?.contiguous()?;
+        Ok((Some(dq), Some(dk)))
+    }
+}
+
+/// [`AttentionProbs`]: the masked attention probabilities of rotated `q` and `k`.
+pub fn attention_probs(
+    q: &Tensor,
+    k: &Tensor,
+    kv_heads: usize,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    q.contiguous()?.apply_op2(
+        &k.contiguous()?,
+        AttentionProbs {
+            kv_heads,
+            scale: scale as f32,
+        },
+    )
+}
+
+/// The MLP's down projection of its SwiGLU: `(silu(gate) · up) Wᵀ`, with the product
+/// recomputed in the backward pass instead of kept (`tokens × intermediate` per layer).
+struct SwiGluDown;
+
+impl CustomOp3 for SwiGluDown {
+    fn name(&self) -> &'static str {
+        "train-swiglu-down"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (gated, shape) = SwiGlu.cpu_fwd(s1, l1, s2, l2)?;
+        let CpuStorage::F32(gated) = gated else {
+            bail!("swiglu_down: f32 only")
+        };
+        let device = candle_core::Device::Cpu;
+        let gated = Tensor::from_vec(gated, shape, &device)?;
+        let w = Tensor::from_slice(slice(s3, l3, self.name())?, l3.shape(), &device)?;
+        let out = gated.matmul(&w.t()?)?;
+        let shape = out.shape().clone();
+        Ok((CpuStorage::F32(out.flatten_all()?.to_vec1::<f32>()?), shape))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (gate, up, w) = (gate.detach(), up.detach(), w.detach());
+        let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
+        let grad = grad.detach();
+        let dw = grad.t()?.matmul(&gated)?;
+        drop(gated);
+        let d_gated = grad.matmul(&w)?;
+        let (dgate, dup) = SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
+        Ok((dgate, dup, Some(dw)))
+    }
+}
+
+/// `(silu(gate) · up) Wᵀ` ([`SwiGluDown`]).
+pub fn swiglu_down(gate: &Tensor, up: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    gate.contiguous()?
+        .apply_op3(&up.contiguous()?, &w.contiguous()?, SwiGluDown)
+}
+
+/// The same ops composed of plain candle ops with candle's own backward (the trainer's
+/// forward pass before the fused ops), the reference of the tests.
+#[cfg(test)]
+pub mod composed {
+    use candle_core::{D, Device, Tensor};
+
+    /// `x / sqrt(mean(x²) + eps) * w` over the last dimension.
+    pub fn rms_norm(xs: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+        let mean_square = xs.sqr()?.mean_keepdim(D::Minus1)?;
+        let inv = (mean_square + eps)?.sqrt()?.recip()?;
+        xs.broadcast_mul(&inv)?.broadcast_mul(w)
+    }
+
+    /// `x · sigmoid(x)` from exp, so that it has a gradient.
+    pub fn silu(xs: &Tensor) -> candle_core::Result<Tensor> {
+        let sigmoid = (xs.neg()?.exp()? + 1.0)?.recip()?;
+        xs * sigmoid
+    }
+
+    /// Softmax over the last dimension; the max is a constant shift (detached).
+    pub fn softmax(xs: &Tensor) -> candle_core::Result<Tensor> {
+        let max = xs.max_keepdim(D::Minus1)?.detach();
+        let exp = xs.broadcast_sub(&max)?.exp()?;
+        exp.broadcast_div(&exp.sum_keepdim(D::Minus1)?)
+    }
+
+    pub fn log_softmax(xs: &Tensor) -> candle_core::Result<Tensor> {
+        let max = xs.max_keepdim(D::Minus1)?.detach();
+        let shifted = xs.broadcast_sub(&max)?;
+        let log_sum = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+        shifted.broadcast_sub(&log_sum)
+    }
+
+    /// Rotary embedding, halves layout: `x·cos + rotate_half(x)·sin` (tables `(seq, dim)`).
+    pub fn rotate(xs: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+        let dim = xs.dim(D::Minus1)?;
+        let half = dim / 2;
+        let first = xs.narrow(D::Minus1, 0, half)?;
+        let second = xs.narrow(D::Minus1, half, half)?;
+        let rotated = Tensor::cat(&[&second.neg()?, &first], D::Minus1)?;
+        xs.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
+    }
+
+    /// `cos`/`sin` of shape `(seq, head_dim)` (each frequency twice, halves layout).
+    pub fn rope_tables(
+        seq: usize,
+        dim: usize,
+        theta: f64,
+        device: &Device,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let rope = super::Rope::new(seq, dim, theta);
+        let twice = |t: &[f32]| -> candle_core::Result<Tensor> {
+            let t = Tensor::from_slice(t, (seq, dim / 2), device)?;
+            Tensor::cat(&[&t, &t], 1)
+        };
+        Ok((twice(&rope.cos)?, twice(&rope.sin)?))
+    }
+
+    /// `0` on and below the diagonal, `-inf` above: `(seq, seq)`.
+    pub fn causal_mask(seq: usize, device: &Device) -> candle_core::Result<Tensor> {
+        let values: Vec<f32> = (0..seq)
+            .flat_map(|i| (0..seq).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        Tensor::from_vec(values, (seq, seq), device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::composed;
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn close(a: &Tensor, b: &Tensor) -> f32 {
+        let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+        diff.to_scalar::<f32>().unwrap()
+    }
+
+    fn randn(shape: &[usize]) -> Var {
+        Var::from_tensor(&Tensor::randn(0f32, 1.0, shape, &Device::Cpu).unwrap()).unwrap()
+    }
+
+    /// `Σ r · f(inputs)` for a fixed random `r`, differentiated both ways: the fused op and
+    /// the composed one agree on the output and on every input's gradient.
+    fn agree(
+        inputs: &[&Var],
+        fused: impl Fn(&[Tensor]) -> candle_core::Result<Tensor>,
+        reference: impl Fn(&[Tensor]) -> candle_core::Result<Tensor>,
+        tolerance: f32,
+    ) {
+        let tensors: Vec<Tensor> = inputs.iter().map(|v| v.as_tensor().clone()).collect();
+        let a = fused(&tensors).unwrap();
+        let b = reference(&tensors).unwrap();
+        assert_eq!(a.dims(), b.dims());
+        assert!(
+            close(&a, &b) < tolerance,
+            "forward differs by {}",
+            close(&a, &b)
+        );
+        let r = Tensor::randn(0f32, 1.0, a.dims(), &Device::Cpu).unwrap();
+        let ga = (&a * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let gb = (&b * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        for (i, v) in inputs.iter().enumerate() {
+            let (x, y) = (
+                ga.get(v.as_tensor()).unwrap(),
+                gb.get(v.as_tensor()).unwrap(),
+            );
+            assert!(
+                close(x, y) < tolerance,
+                "input {i}: gradients differ by {}",
+                close(x, y)
+            );
+        }
+    }
+
+    #[test]
+    fn rms_norm_matches_the_composed_ops() {
+        let (x, w) = (randn(&[2, 5, 24]), randn(&[24]));
+        agree(
+            &[&x, &w],
+            |t| rms_norm(&t[0], &t[1], 1e-5),
+            |t| composed::rms_norm(&t[0], &t[1], 1e-5),
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn swiglu_matches_the_composed_ops() {
+        let (gate, up) = (randn(&[6, 40]), randn(&[6, 40]));
+        agree(
+            &[&gate, &up],
+            |t| swiglu(&t[0], &t[1]),
+            |t| composed::silu(&t[0])? * &t[1],
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn rope_matches_the_composed_ops() {
+        let (batch, seq, heads, dim) = (2, 7, 3, 8);
+        let x = randn(&[batch, seq, heads, dim]);
+        let rope_op = Rope::new(seq, dim, 10_000.0);
+        let (cos, sin) = composed::rope_tables(seq, dim, 10_000.0, &Device::Cpu).unwrap();
+        agree(
+            &[&x],
+            |t| rope(&t[0], &rope_op),
+            // The composed rotation works on `(batch, heads, seq, dim)`.
+            |t| composed::rotate(&t[0].transpose(1, 2)?, &cos, &sin)?.transpose(1, 2),
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn causal_softmax_matches_the_composed_ops() {
+        // Two query heads per kv head stacked in the rows, as the trainer's attention does.
+        let (batch, kv, group, seq) = (2, 2, 2, 6);
+        let x = randn(&[batch, kv, group * seq, seq]);
+        let mask = composed::causal_mask(seq, &Device::Cpu).unwrap();
+        agree(
+            &[&x],
+            |t| causal_softmax(&t[0], 0.25),
+            |t| {
+                let scores = (t[0].clone() * 0.25)?
+                    .reshape((batch, kv, group, seq, seq))?
+                    .broadcast_add(&mask)?;
+                composed::softmax(&scores)?.reshape((batch, kv, group * seq, seq))
+            },
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn head_cross_entropy_matches_the_composed_ops() {
+        // More tokens than a chunk, so that chunks' gradients are accumulated.
+        let (n, h, vocab) = (HEAD_CHUNK + 37, 16, 50);
+        let (hidden, weight) = (randn(&[n, h]), randn(&[vocab, h]));
+        let targets: Vec<u32> = (0..n).map(|i| (i * 7 % vocab) as u32).collect();
+        let weights: Vec<f32> = (0..n).map(|i| if i % 5 == 0 { 0.0 } else { 1.0 }).collect();
+        let count: f32 = weights.iter().sum();
+        let targets_t = Tensor::new(targets.as_slice(), &Device::Cpu).unwrap();
+        let weights_t = Tensor::new(weights.as_slice(), &Device::Cpu).unwrap();
+        let (t2, w2) = (targets.clone(), weights.clone());
+        agree(
+            &[&hidden, &weight],
+            move |t| head_cross_entropy(&t[0], &t[1], t2.clone(), w2.clone(), count),
+            |t| {
+                let logits = t[0].matmul(&t[1].t()?)?;
+                let picked = composed::log_softmax(&logits)?
+                    .gather(&targets_t.unsqueeze(1)?, 1)?
+                    .squeeze(1)?;
+                (picked * &weights_t)?
+                    .sum_all()?
+                    .affine(-1.0 / f64::from(count), 0.0)
+            },
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn attention_probs_match_the_composed_ops() {
+        let (batch, seq, heads, kv, dim) = (2, 6, 4, 2, 8);
+        let (q, k) = (
+            randn(&[batch, seq, heads, dim]),
+            randn(&[batch, seq, kv, dim]),
+        );
+        let mask = composed::causal_mask(seq, &Device::Cpu).unwrap();
+        let group = heads / kv;
+        agree(
+            &[&q, &k],
+            |t| attention_probs(&t[0], &t[1], kv, 0.35),
+            |t| {
+                let q =
+                    t[0].transpose(1, 2)?
+                        .contiguous()?
+                        .reshape((batch, kv, group * seq, dim))?;
+                let k = t[1].transpose(1, 2)?.contiguous()?;
+                let scores = (q.matmul(&k.t()?)? * 0.35)?
+                    .reshape((batch, kv, group, seq, seq))?
+                    .broadcast_add(&mask)?;
+                composed::softmax(&scores)?.reshape((batch, kv, group * seq, seq))
+            },
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn swiglu_down_matches_the_composed_ops() {
+        let (gate, up, w) = (randn(&[6, 40]), randn(&[6, 40]), randn(&[12, 40]));
+        agree(
+            &[&gate, &up, &w],
+            |t| swiglu_down(&t[0], &t[1], &t[2]),
+            |t| (composed::silu(&t[0])? * &t[1])?.matmul(&t[2].t()?),
+            1e-4,
+        );
+    }
+}
