@@ -343,12 +343,13 @@ pub fn dequantize(data: &[u8], n: usize, k: usize) -> Vec<f32> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
-    fn random(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
+    /// `rows × cols` seeded values in [−1, 1) (the kernel tests' inputs).
+    pub(crate) fn random(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
         let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
         (0..rows * cols)
             .map(|_| {

@@ -235,31 +235,31 @@ pub fn matmul_with(
             let first = t * TILE;
             let columns = TILE.min(n - first);
             tile.fill(kind, data, k, first, columns);
+            let passes = if amx {
+                crate::amx::ROWS_PER_PASS
+            } else {
+                ROWS_PER_PASS
+            };
+            let mut panel = [[0f32; TILE]; crate::amx::ROWS_PER_PASS];
             let mut row = 0;
             while row < rows {
-                if amx {
-                    let count = crate::amx::ROWS_PER_PASS.min(rows - row);
-                    let mut panel = [[0f32; TILE]; crate::amx::ROWS_PER_PASS];
-                    // SAFETY: `amx::usable()` was asserted; rows `row..row + count` exist in
-                    // `xs` and the tile holds `k / 32` blocks.
-                    unsafe { crate::amx::pass(tile, xs, code_sums, row, count, &mut panel) };
-                    for (r, values) in panel.iter().take(count).enumerate() {
-                        // SAFETY: this task alone writes columns `first..first + columns`.
-                        unsafe {
-                            let at = target.0.add((row + r) * n + first);
-                            std::ptr::copy_nonoverlapping(values.as_ptr(), at, columns);
-                        }
-                    }
-                    row += count;
-                    continue;
-                }
-                let count = ROWS_PER_PASS.min(rows - row);
-                // SAFETY: `available()` was asserted (AVX-512 F/BW/VL and VNNI); rows
-                // `row..row + count` exist in `xs`, the tile holds `k / 32` blocks, and this
-                // task alone writes columns `first..first + columns` of `out`.
+                let count = passes.min(rows - row);
+                // SAFETY: `available()` (and for AMX `amx::usable()`) was asserted; rows
+                // `row..row + count` exist in `xs` and the tile holds `k / 32` blocks.
                 unsafe {
-                    avx512::panel(tile, xs, code_sums, row, count, target, n, first, columns)
-                };
+                    if amx {
+                        crate::amx::pass(tile, xs, code_sums, row, count, &mut panel);
+                    } else {
+                        avx512::panel(tile, xs, code_sums, row, count, &mut panel);
+                    }
+                }
+                for (r, values) in panel.iter().take(count).enumerate() {
+                    // SAFETY: this task alone writes columns `first..first + columns`.
+                    unsafe {
+                        let at = target.at((row + r) * n + first);
+                        std::ptr::copy_nonoverlapping(values.as_ptr(), at, columns);
+                    }
+                }
                 row += count;
             }
         })
@@ -282,13 +282,22 @@ struct SharedOut(*mut f32);
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
+impl SharedOut {
+    /// The value at `index` (a method, so closures capture the whole wrapper, which is
+    /// `Sync`, rather than its raw pointer field).
+    fn at(self, index: usize) -> *mut f32 {
+        self.0.wrapping_add(index)
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{
-        Activations, BLOCK, GROUPS, Q4_1_BLOCK_BYTES, ROWS_PER_PASS, SharedOut, TILE, Tile,
-    };
+    use super::{Activations, BLOCK, GROUPS, Q4_1_BLOCK_BYTES, TILE, Tile};
+
+    /// The panel's rows: as many as an AMX pass fills, of which a VNNI pass fills ≤ 8.
+    const PANEL: usize = crate::amx::ROWS_PER_PASS;
 
     /// Lays out weight rows `first..first + columns` (≤ 16) of Q4_1 data in `tile`: value
     /// `i` of a block is the low nibble of byte `i`, value `16 + i` its high nibble, so the
@@ -345,41 +354,30 @@ mod avx512 {
         }
     }
 
-    /// Rows `first..first + count` (≤ 8) against one tile, written to columns
-    /// `column..column + columns` of the `(rows, n)` output.
+    /// Rows `first..first + count` (≤ 8) against one tile: `panel[r][j] = w_j · x_r`.
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F, BW, VL and VNNI; the rows must exist in `xs`, the
-    /// tile must hold `xs.blocks_per_row` blocks, and no other thread may write these
-    /// columns of `out`.
-    #[allow(clippy::too_many_arguments)]
+    /// The CPU must support AVX-512 F, BW, VL and VNNI; the rows must exist in `xs` and the
+    /// tile must hold `xs.blocks_per_row` blocks.
     pub unsafe fn panel(
         tile: &Tile,
         xs: &Activations,
         code_sums: &[f32],
         first: usize,
         count: usize,
-        out: SharedOut,
-        n: usize,
-        column: usize,
-        columns: usize,
+        panel: &mut [[f32; TILE]; PANEL],
     ) {
-        let mut sums = [[0f32; TILE]; ROWS_PER_PASS];
         // SAFETY: forwarded from the caller.
         unsafe {
             match count {
-                8 => rows::<8>(tile, xs, code_sums, first, &mut sums),
-                7 => rows::<7>(tile, xs, code_sums, first, &mut sums),
-                6 => rows::<6>(tile, xs, code_sums, first, &mut sums),
-                5 => rows::<5>(tile, xs, code_sums, first, &mut sums),
-                4 => rows::<4>(tile, xs, code_sums, first, &mut sums),
-                3 => rows::<3>(tile, xs, code_sums, first, &mut sums),
-                2 => rows::<2>(tile, xs, code_sums, first, &mut sums),
-                _ => rows::<1>(tile, xs, code_sums, first, &mut sums),
-            }
-            for (r, values) in sums.iter().take(count).enumerate() {
-                let at = out.0.add((first + r) * n + column);
-                std::ptr::copy_nonoverlapping(values.as_ptr(), at, columns);
+                8 => rows::<8>(tile, xs, code_sums, first, panel),
+                7 => rows::<7>(tile, xs, code_sums, first, panel),
+                6 => rows::<6>(tile, xs, code_sums, first, panel),
+                5 => rows::<5>(tile, xs, code_sums, first, panel),
+                4 => rows::<4>(tile, xs, code_sums, first, panel),
+                3 => rows::<3>(tile, xs, code_sums, first, panel),
+                2 => rows::<2>(tile, xs, code_sums, first, panel),
+                _ => rows::<1>(tile, xs, code_sums, first, panel),
             }
         }
     }
@@ -390,7 +388,7 @@ mod avx512 {
         xs: &Activations,
         code_sums: &[f32],
         first: usize,
-        panel: &mut [[f32; TILE]; ROWS_PER_PASS],
+        panel: &mut [[f32; TILE]; PANEL],
     ) {
         // SAFETY: every pointer below stays within the tile's `blocks` blocks and the
         // activation rows `first..first + R` (the caller's contract).
@@ -435,7 +433,7 @@ mod avx512 {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod avx512 {
-    use super::{Activations, SharedOut, Tile};
+    use super::{Activations, TILE, Tile};
 
     /// Never called: [`super::available`] is false off x86-64.
     pub unsafe fn fill_q4_1(_: &mut Tile, _: &[u8], _: usize, _: usize, _: usize) {
@@ -443,17 +441,13 @@ mod avx512 {
     }
 
     /// Never called: [`super::available`] is false off x86-64.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn panel(
         _: &Tile,
         _: &Activations,
         _: &[f32],
         _: usize,
         _: usize,
-        _: SharedOut,
-        _: usize,
-        _: usize,
-        _: usize,
+        _: &mut [[f32; TILE]; crate::amx::ROWS_PER_PASS],
     ) {
         unreachable!("AVX-512 panels on a CPU without AVX-512")
     }
@@ -465,17 +459,7 @@ mod tests {
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
-    fn random(count: usize, seed: u64) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-        (0..count)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::q4_1::tests::random;
 
     /// Every block type's panels equal the product of candle's own dequantized weights
     /// with the 8-bit activations (each `d·q`): the integer sums are exact, so what is left
@@ -494,7 +478,7 @@ mod tests {
             (GgmlDType::Q8_0, Blocks::Q8_0, 35, 640, 9),
             (GgmlDType::Q4K, Blocks::Q4K, 21, 512, 13),
         ] {
-            let weight = Tensor::from_vec(random(n * k, 5), (n, k), &Device::Cpu).unwrap();
+            let weight = Tensor::from_vec(random(n, k, 5), (n, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&weight, dtype).unwrap();
             let data = q.data().unwrap().to_vec();
             let dense = q
@@ -504,7 +488,7 @@ mod tests {
                 .unwrap()
                 .to_vec1::<f32>()
                 .unwrap();
-            let lhs = random(rows * k, 9);
+            let lhs = random(rows, k, 9);
             let xs = Activations::quantize(&lhs, k);
             for amx in [false, true] {
                 if amx && !crate::amx::usable() {
