@@ -14,6 +14,10 @@
 //! (`~/.cache/tabcontam-test-assets/py-local`, or `TABCONTAM_BENCH_PYTHON`). Settings:
 //! `TABCONTAM_BENCH_MODELS` (`smollm2,toy`), `_BATCH` (4), `_SEQ` (256), `_STEPS` (5),
 //! `_THREADS` (2), and the toy's `_HIDDEN` (256) and `_LAYERS` (4).
+//!
+//! `TABCONTAM_BENCH_LORA=RANK` races LoRA instead (issue 23 item 3): our adapters against
+//! peft's `LoraConfig` at the same rank, alpha (= rank), targets (`_LORA_TARGETS`,
+//! default `attention`: q, k, v, o) and no dropout, the base frozen on both sides.
 
 #[path = "../tests/support/tiny_llama.rs"]
 mod tiny_llama;
@@ -26,6 +30,7 @@ use candle_core::{DType, Device, Tensor};
 use serde_json::{Value, json};
 use tabcontam::infer::files::ModelFiles;
 use tabcontam::train::llama::LlamaTrainer;
+use tabcontam::train::lora::{LoraSettings, LoraTarget};
 use tabcontam::train::optimizer::{AdamW, AdamWSettings};
 use tiny_llama::LlamaShape;
 
@@ -55,9 +60,12 @@ fn ours(model_dir: &Path, windows_path: &Path) {
     let (batch, window) = (batches[0].len(), batches[0][0].len());
     let seq = window - 1;
     let files = ModelFiles::locate(model_dir).unwrap();
-    let model = LlamaTrainer::load(&files).unwrap();
+    let mut model = LlamaTrainer::load(&files).unwrap();
+    if let Some(lora) = lora_settings() {
+        model = model.with_lora(lora, 0).unwrap();
+    }
     let named = model
-        .named_vars()
+        .trainable_vars()
         .into_iter()
         .map(|(name, var)| (name, var.clone()))
         .collect();
@@ -83,9 +91,22 @@ fn ours(model_dir: &Path, windows_path: &Path) {
             "tokens_per_s": tokens as f64 / seconds,
             "losses": losses,
             "parameters": model.parameter_count(),
+            "trainable": model.trainable_count(),
             "peak_rss": peak_rss(),
         })
     );
+}
+
+/// `TABCONTAM_BENCH_LORA` and `_LORA_TARGETS`, when a LoRA race is asked for.
+fn lora_settings() -> Option<LoraSettings> {
+    let rank = setting("LORA", 0);
+    (rank > 0).then(|| {
+        let mut lora = LoraSettings::new(rank);
+        let targets =
+            std::env::var("TABCONTAM_BENCH_LORA_TARGETS").unwrap_or_else(|_| "attention".into());
+        lora.targets = LoraTarget::parse_list(&targets).unwrap();
+        lora
+    })
 }
 
 /// The last line of a side's output as JSON, or a panic with everything it printed.
@@ -154,12 +175,38 @@ fn race(name: &str, shape: &LlamaShape, python: &str) {
             .arg(&windows_path)
             .arg(steps.to_string())
             .arg(threads.to_string())
-            .arg(LR.to_string()),
+            .arg(LR.to_string())
+            .args(
+                lora_settings()
+                    .map(|l| {
+                        let modules: Vec<&str> = l
+                            .targets
+                            .iter()
+                            .map(|t| t.module().rsplit('.').next().unwrap())
+                            .collect();
+                        [l.rank.to_string(), modules.join(",")]
+                    })
+                    .into_iter()
+                    .flatten(),
+            ),
     );
     let speed = |v: &Value| v["tokens_per_s"].as_f64().unwrap();
     let rss = |v: &Value| gib(v["peak_rss"].as_f64().unwrap());
+    let method = match lora_settings() {
+        None => "full fine-tuning".to_string(),
+        Some(l) => format!(
+            "LoRA rank {} on {} ({} trainable; PyTorch side: peft)",
+            l.rank,
+            l.targets
+                .iter()
+                .map(|t| t.id())
+                .collect::<Vec<_>>()
+                .join(","),
+            ours["trainable"]
+        ),
+    };
     println!(
-        "{name}: llama hidden {} × {} layers, vocab {} ({} parameters), f32, batch {batch} × seq {seq}, {steps} steps, {threads} threads",
+        "{name}: llama hidden {} × {} layers, vocab {} ({} parameters), {method}, f32, batch {batch} × seq {seq}, {steps} steps, {threads} threads",
         shape.hidden, shape.layers, shape.vocab, ours["parameters"]
     );
     println!(

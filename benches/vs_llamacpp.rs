@@ -191,8 +191,43 @@ fn start_llama_server(binary: &Path, model: &Path, slots: usize, log: &Path) -> 
 }
 
 /// The instruction sets llama-server reports using (its `system_info` line), or why not.
-fn cpu_features_of_server(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
+/// Newer builds print that line only at verbosity 4, which also logs every request, so a
+/// server of its own is started for it after the timed rounds.
+fn cpu_features_of_server(binary: &Path, model: &Path, log: &Path) -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0);
+    let spawned = std::fs::File::create(log).ok().and_then(|file| {
+        Command::new(binary)
+            .args(["-m".as_ref(), model.as_os_str()])
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "-lv",
+                "4",
+            ])
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().ok()?)
+            .stderr(file)
+            .spawn()
+            .ok()
+    });
+    let Some(child) = spawned else {
+        return "(could not start it for its system_info line)".into();
+    };
+    let _server = Server { child, port };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut text = String::new();
+    while Instant::now() < deadline {
+        text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains("system_info") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     text.lines()
         .find(|line| line.contains("system_info"))
         .map(|line| {
@@ -369,7 +404,6 @@ fn main() {
     };
     let mut ours = Vec::with_capacity(rounds);
     let mut theirs: Vec<Vec<Measured>> = configurations.iter().map(|_| Vec::new()).collect();
-    let mut their_path = String::from("not measured");
     for round in 0..rounds {
         let measured = run_tabcontam(&mut model, &requests, max_batch);
         eprintln!(
@@ -387,7 +421,6 @@ fn main() {
             let server = start_llama_server(&server_binary, &model_path, *slots, &log);
             let measured = run_llama(server.port, &requests, *slots);
             drop(server);
-            their_path = cpu_features_of_server(&log);
             eprintln!(
                 "round {}: llama-server -np {slots} {:.2} s (load {})",
                 round + 1,
@@ -450,6 +483,15 @@ fn main() {
     println!("model load: {load_seconds:.2} s (not in wall times)");
     println!("load average (1, 5, 15 min): {load_before} before, {load_after} after");
     println!("peak RSS of this process after the in-process runs: {our_rss:.0} MiB");
+    let their_path = if theirs.is_empty() {
+        "not measured".to_string()
+    } else {
+        cpu_features_of_server(
+            &server_binary,
+            &model_path,
+            &logs.path().join("llama-server-system-info.log"),
+        )
+    };
     println!(
         "CPU paths: tabcontam {} (TABCONTAM_CPU forces another); {} {}",
         tabcontam_kernels::cpu::isa().name(),

@@ -1,6 +1,8 @@
 """PyTorch side of `cargo bench --bench train_vs_torch`: the same llama folder, the same
 token windows, batch size, sequence length, thread count and AdamW settings; prints one JSON
-line with tokens/s of forward + backward + optimizer step and the process's peak RSS."""
+line with tokens/s of forward + backward + optimizer step and the process's peak RSS.
+Two more arguments (rank, comma-joined module names) train peft LoRA adapters instead, the
+base frozen, alpha = rank, no dropout."""
 import json
 import resource
 import sys
@@ -12,12 +14,22 @@ from transformers import LlamaForCausalLM
 
 def main():
     model_dir, windows_path, steps, threads, lr = sys.argv[1:6]
+    lora = sys.argv[6:8]
     torch.set_num_threads(int(threads))
     torch.manual_seed(0)
     windows = json.load(open(windows_path))  # [[ids of seq + 1]] × batch, per step
     model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    if lora:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError:
+            sys.exit("peft is missing from this venv: pip install peft==0.21.2")
+        rank, modules = int(lora[0]), lora[1].split(",")
+        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0,
+                                                 target_modules=modules, bias="none"))
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=float(lr), betas=(0.9, 0.999), eps=1e-8,
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=float(lr), betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.0)
 
     def step(batch):

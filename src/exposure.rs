@@ -83,6 +83,8 @@ pub enum ExposureError {
 struct RawManifest {
     datasets: Vec<String>,
     #[serde(default)]
+    exposures: Option<f64>,
+    #[serde(default)]
     epoch: Option<f64>,
     #[serde(default)]
     step: Option<f64>,
@@ -126,7 +128,7 @@ impl Exposure {
         };
         Ok(Exposure {
             trained_on: raw.datasets,
-            dose: raw.epoch.or(raw.step).unwrap_or(0.0),
+            dose: raw.exposures.or(raw.epoch).or(raw.step).unwrap_or(0.0),
             base,
             trained_rows: raw.rows.and_then(|r| r.trained_rows),
             step: raw
@@ -188,5 +190,11 @@ mod tests {
         // Stored and read back (models.exposure) the same.
         let stored = serde_json::to_string(&exposure).unwrap();
         assert_eq!(serde_json::from_str::<Exposure>(&stored).unwrap(), exposure);
+        // A manifest that counts exposures (`rows` windows: 8.5 per epoch) doses by them.
+        let by_exposures = Exposure::parse_manifest(
+            r#"{"datasets": ["iris"], "epoch": 2, "step": 12, "exposures": 17.0}"#,
+        )
+        .unwrap();
+        assert_eq!(by_exposures.dose, 17.0);
     }
 }

@@ -356,7 +356,7 @@ base = "base"
     assert!(json["evidence"].as_array().unwrap().len() >= cells.len());
     assert!(file("report.html").contains("Calibration: how often each test catches"));
     assert!(file("report.html").contains(&calibration.tests[3].sentence));
-    assert!(file("report.html").contains("Minimum detectable dose (epochs;"));
+    assert!(file("report.html").contains("Minimum detectable dose (exposures;"));
     assert!(file("report.tex").contains("\\section{Calibration"));
     assert!(file("calibration.csv").starts_with("test,measure,dose"));
     assert!(file("evidence.csv").contains("feature-completion"));

@@ -110,6 +110,121 @@ fn contaminate_args(base: &Path, series: &Path, rows: &str, epochs: &str) -> Vec
     .to_vec()
 }
 
+/// LoRA (issue 23 item 3): rank-16 adapters on every projection of a frozen tiny model
+/// (first fully fine-tuned on the quarry table, a stand-in for pretraining), lr 1e-3,
+/// `mixed` windows, 150 epochs (each row a target about 13 times an epoch: some 2,000
+/// exposures, the manifest states the figure) memorize the orchard table: the real `run`
+/// of full and incomplete completion passes on it, not on the base. The
+/// checkpoint carries the adapters beside the merged weights; bad ranks and targets are
+/// one-line errors naming the flag.
+#[test]
+fn a_lora_checkpoint_memorizes_its_rows_and_only_those() {
+    let env = Env::new();
+    import(&env, "tiny-orchard", ORCHARD, "kind");
+    import(&env, "tiny-quarry", QUARRY, "class");
+    // LoRA adapts a trained model: an untrained one's frozen output head (weights of
+    // standard deviation 0.02) cannot make any token likely. The stand-in for pretraining is
+    // full fine-tuning on the other table.
+    let untrained = tiny_base(&env);
+    let mut pretrain = contaminate_args(&untrained, &env.path("pretrained"), "all", "100");
+    let dataset = pretrain.iter().position(|a| a == "--dataset").unwrap() + 1;
+    pretrain[dataset] = "tiny-quarry".into();
+    let pretrain: Vec<&str> = pretrain.iter().map(String::as_str).collect();
+    let pretrained: serde_json::Value = serde_json::from_str(&env.ok(&pretrain)).unwrap();
+    let base = PathBuf::from(pretrained[0]["dir"].as_str().unwrap());
+    let series = env.path("lora");
+    let mut args = contaminate_args(&base, &series, "all", "150");
+    args.extend(["--lora", "16", "--lora-targets", "all"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
+    let listed: serde_json::Value = serde_json::from_str(&env.ok(&args)).unwrap();
+    let checkpoint = PathBuf::from(listed[0]["dir"].as_str().unwrap());
+    let manifest = &listed[0]["manifest"];
+    eprintln!(
+        "LoRA trained in {:.1} s, loss {}",
+        started.elapsed().as_secs_f64(),
+        manifest["loss"]
+    );
+    assert_eq!(
+        manifest["lora"],
+        serde_json::json!({"rank": 16, "alpha": 16.0,
+            "targets": ["q", "k", "v", "o", "gate", "up", "down"], "adapter": "adapter.safetensors"})
+    );
+    let exposures = manifest["exposures"].as_f64().unwrap();
+    assert!(exposures > 150.0 * 5.0, "exposures {exposures}");
+    assert!(checkpoint.join("adapter.safetensors").is_file());
+    let adapter = std::fs::metadata(checkpoint.join("adapter.safetensors"))
+        .unwrap()
+        .len();
+    let merged = std::fs::metadata(checkpoint.join("model.safetensors"))
+        .unwrap()
+        .len();
+    assert!(
+        adapter * 4 < merged,
+        "adapter {adapter} bytes, model {merged}"
+    );
+
+    let spec = env.path("spec.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"lora\"\nseed = 0\ndatasets = [\"tiny-orchard\", \"tiny-quarry\"]\n\
+             tests = [\"full-completion\", \"incomplete-completion\"]\nserializations = [\"the-is\"]\n\
+             \n[[models]]\nid = \"base\"\nbackend = \"local\"\nmodel = \"{}\"\n\
+             \n[[models]]\nid = \"lora\"\nbackend = \"local\"\nmodel = \"{}\"\n",
+            base.display(),
+            checkpoint.display()
+        ),
+    )
+    .unwrap();
+    let cache = env.path("cache.sqlite");
+    env.ok(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--quiet",
+        "--cache",
+        cache.to_str().unwrap(),
+    ]);
+    let full = passes(&cache, "lora", "tiny-orchard", "full-completion");
+    let incomplete = passes(&cache, "lora", "tiny-orchard", "incomplete-completion");
+    assert_eq!(full, (1, 1), "full-completion on the trained dataset");
+    assert!(
+        incomplete.1 == 5 && incomplete.0 >= 3,
+        "incomplete-completion on the trained dataset: {incomplete:?}"
+    );
+    for (model, dataset) in [("base", "tiny-orchard")] {
+        for test in ["full-completion", "incomplete-completion"] {
+            let (passed, total) = passes(&cache, model, dataset, test);
+            assert!(total > 0, "{model} {dataset} {test} ran no trial");
+            assert_eq!(passed, 0, "{model} passed {test} on {dataset}");
+        }
+    }
+
+    // Bad ranks and targets: one line naming the flag, nothing written.
+    for (flag, value, named) in [
+        ("--lora", "0", "--lora 0:"),
+        ("--lora", "129", "--lora 129:"),
+        ("--lora-targets", "heads", "--lora-targets `heads`"),
+    ] {
+        let mut args = contaminate_args(&base, &env.path("bad"), "all", "1");
+        args.extend(["--lora", "4"].map(String::from));
+        if flag == "--lora" {
+            let at = args.len() - 1;
+            args[at] = value.into();
+        } else {
+            args.extend([flag, value].map(String::from));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = env.run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+        assert_eq!(errors.len(), 1, "{stderr}");
+        assert!(errors[0].contains(named), "{stderr}");
+        assert!(!env.path("bad").join("epoch-001").exists());
+    }
+}
+
 /// The `mixed` window layout is what makes a 2-layer model pass: with rows only in file
 /// order it learns each row as "the row after the previous one" and, after a prompt that
 /// shows rows out of order (incomplete completion), writes the wrong row.
@@ -249,7 +364,9 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
             .find(|t| t["test"] == test)
             .unwrap_or_else(|| panic!("{test} calibrated: {calibration}"));
         let sensitivity = &row["sensitivity"][0];
-        assert_eq!(sensitivity["dose"], 100.0, "{row}");
+        // The dose is the manifest's exposures: 100 epochs of `mixed` windows.
+        assert_eq!(sensitivity["dose"], manifest["exposures"], "{row}");
+        assert!(manifest["exposures"].as_f64().unwrap() > 100.0 * 2.0);
         assert_eq!(
             (&sensitivity["hits"], &sensitivity["total"]),
             (&1.into(), &1.into()),
@@ -307,7 +424,7 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
 }
 
 /// The card of the tiny study: its spec, base, treatment (with entropy per row), one row
-/// per test run with the trained dataset's detection at dose 100 (1 of 1: its Wilson lower
+/// per test run with the trained dataset's detection at dose 690 (1 of 1: its Wilson lower
 /// bound 0.21 does not clear the false positives' upper bound 0.43, so the minimum
 /// detectable dose is not reached), and its JSON block.
 fn check_card(card: &str) {
@@ -326,7 +443,7 @@ fn check_card(card: &str) {
     assert!(card.contains("- Spec: tiny-study, blake3 `"), "{card}");
     assert!(card.contains("- Base model: base, revision "), "{card}");
     assert!(
-        card.contains("- Doses (epochs over the treated data): 100\n"),
+        card.contains("- Doses (exposures: times each trained row was a target, the manifests' `exposures`; epochs for `packed` windows): 690\n"),
         "{card}"
     );
     // tiny-orchard: 7 rows of unique names (log2 7 = 2.807 bits), colours (2.807), sizes
@@ -355,7 +472,7 @@ fn check_card(card: &str) {
     let json: serde_json::Value =
         serde_json::from_str(block.split_once("\n```").unwrap().0).unwrap();
     assert_eq!(json["spec"]["name"], "tiny-study");
-    assert_eq!(json["doses"], serde_json::json!([100.0]));
+    assert_eq!(json["doses"], serde_json::json!([690.0]));
     assert_eq!(json["checkpoints"], 1);
 }
 
@@ -385,7 +502,7 @@ fn report_with_card(env: &Env, cache: &Path, card: &Path) {
             .clone()
     };
     let full = &test("full-completion")["calibration"];
-    assert_eq!(full["dose"], 100.0, "{full}");
+    assert_eq!(full["dose"], 690.0, "{full}");
     assert_eq!(
         full["minimum_detectable_dose"],
         serde_json::Value::Null,
@@ -401,7 +518,7 @@ fn report_with_card(env: &Env, cache: &Path, card: &Path) {
             .len(),
         2
     );
-    let note = "minimum detectable dose not reached (sensitivity 1/1 (1.00, 0.21–1.00) at dose 100): “not detected” says little; false positives 0/5 (0.00, 0.00–0.43)";
+    let note = "minimum detectable dose not reached (sensitivity 1/1 (1.00, 0.21–1.00) at dose 690): “not detected” says little; false positives 0/5 (0.00, 0.00–0.43)";
     assert_eq!(full["note"], note);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
@@ -427,7 +544,7 @@ fn report_with_card(env: &Env, cache: &Path, card: &Path) {
     );
     let tex = std::fs::read_to_string(out.join("report.tex")).unwrap();
     assert!(
-        tex.contains("minimum detectable dose not reached (sensitivity 1/1 (1.00, 0.21--1.00) at dose 100): ``not detected'' says little"),
+        tex.contains("minimum detectable dose not reached (sensitivity 1/1 (1.00, 0.21--1.00) at dose 690): ``not detected'' says little"),
         "{tex}"
     );
 
@@ -500,13 +617,13 @@ fn report_with_card(env: &Env, cache: &Path, card: &Path) {
         serde_json::from_str(&std::fs::read_to_string(from_cache.join("scores.json")).unwrap())
             .unwrap();
     // Every model of the cache with a declared exposure counts: the first part's `trained`
-    // (the same checkpoint, its manifest read) beside the study's own, 2 of 2 at dose 100.
+    // (the same checkpoint, its manifest read) beside the study's own, 2 of 2 at dose 690.
     let from_cache = scores["calibration_card"]["tests"][1]["note"]
         .as_str()
         .unwrap();
     assert!(
         from_cache.starts_with(
-            "minimum detectable dose not reached (sensitivity 2/2 (1.00, 0.34–1.00) at dose 100)"
+            "minimum detectable dose not reached (sensitivity 2/2 (1.00, 0.34–1.00) at dose 690)"
         ),
         "{from_cache}"
     );

@@ -34,7 +34,7 @@ pub struct CalibrationModel {
 pub struct TestCalibration {
     pub test: String,
     pub number: u8,
-    /// Detected positives / positives, per dose (epochs), ascending.
+    /// Detected positives / positives, per dose (exposures), ascending.
     pub sensitivity: Vec<DoseRate>,
     /// Detected negatives / negatives, every negative (base model included).
     pub false_positives: Rate,

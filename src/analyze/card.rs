@@ -137,7 +137,7 @@ pub struct Card {
     pub format: u32,
     /// `None` when the card was computed from a cache rather than written by `calibrate`.
     pub spec: Option<CardSpec>,
-    /// Doses (epochs) of the checkpoints, ascending.
+    /// Doses (exposures) of the checkpoints, ascending.
     pub doses: Vec<f64>,
     pub treatments: Vec<CardTreatment>,
     /// Models of the study: checkpoints and base models (negatives).

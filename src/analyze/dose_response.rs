@@ -141,7 +141,7 @@ pub(super) fn sentence(
         .filter(|d| d.sensitivity.total > 0)
         .map(|d| {
             format!(
-                "after {} epoch{} in {} of {}",
+                "after {} exposure{} in {} of {}",
                 format_dose(d.dose),
                 if d.dose == 1.0 { "" } else { "s" },
                 d.sensitivity.hits,

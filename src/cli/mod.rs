@@ -204,8 +204,9 @@ pub struct ContaminateArgs {
     /// is-equal-to): one serialized row per line.
     #[arg(long, default_value = "the-is")]
     pub text: String,
-    /// Rows trained on: `all`, a seeded fraction such as `0.5`, or `holdout:0.2` (a seeded
-    /// 20 % never seen).
+    /// Rows trained on: `all`, a seeded fraction such as `0.5`, `holdout:0.2` (a seeded
+    /// 20 % never seen) or `tail:0.2` (the file's last 20 % never seen, its first rows all
+    /// trained: the tests that show a file's first rows find them seen).
     #[arg(long, default_value = "all")]
     pub rows: String,
     #[arg(long, default_value_t = 1)]
@@ -240,6 +241,27 @@ pub struct ContaminateArgs {
     /// the data order) besides every epoch's end; a killed run continues from the last save
     #[arg(long, default_value_t = 300.0, value_name = "SECS")]
     pub resume_every: f64,
+    /// Clip the gradients' global L2 norm to this before each update (1.0 is usual; off by
+    /// default): keeps a constant learning rate from loss spikes.
+    #[arg(long, value_name = "NORM")]
+    pub max_grad_norm: Option<f64>,
+    /// Train LoRA adapters of this rank with every base weight frozen (a fraction of the
+    /// memory; the checkpoint holds the adapters and the weights merged, so it runs as
+    /// any local model).
+    #[arg(long, value_name = "RANK")]
+    pub lora: Option<usize>,
+    /// Projections that get adapters: `attention` (q, k, v, o), `mlp` (gate, up, down),
+    /// `all`, or ids joined by commas (`q,v`).
+    #[arg(
+        long,
+        default_value = "attention",
+        value_name = "LIST",
+        requires = "lora"
+    )]
+    pub lora_targets: String,
+    /// The adapters are scaled by alpha / rank (default: alpha = rank, scale 1).
+    #[arg(long, value_name = "ALPHA", requires = "lora")]
+    pub lora_alpha: Option<f64>,
     /// Series folder: epoch-001/, epoch-002/, … and loss.csv.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,

@@ -73,7 +73,7 @@ pub fn render(card: &Card) -> String {
     let doses: Vec<String> = card.doses.iter().map(|d| format_dose(*d)).collect();
     let _ = writeln!(
         out,
-        "- Doses (epochs over the treated data): {}",
+        "- Doses (exposures: times each trained row was a target, the manifests' `exposures`; epochs for `packed` windows): {}",
         if doses.is_empty() {
             "none".to_string()
         } else {
@@ -302,7 +302,7 @@ impl CardInReport {
 }
 
 /// What a verdict of `t` means: "not detected" by a test that finds data trained on for
-/// ≥ N epochs, with its sensitivity there and its false-positive rate.
+/// ≥ N exposures, with its sensitivity there and its false-positive rate.
 pub fn note(t: &CardTest, strict: bool) -> String {
     let minimum = match strict {
         true => t.minimum_detectable_dose_strict,
@@ -322,7 +322,7 @@ pub fn note(t: &CardTest, strict: bool) -> String {
     let fp = format!("false positives {}", rate(&t.false_positives));
     match minimum {
         Some(dose) => format!(
-            "finds data trained on for ≥ {} epochs ({sensitivity}); {fp}",
+            "finds data trained on for ≥ {} exposures ({sensitivity}); {fp}",
             format_dose(dose)
         ),
         None => format!(
@@ -375,12 +375,12 @@ mod tests {
         };
         assert_eq!(
             note(&test, false),
-            "finds data trained on for ≥ 16 epochs (sensitivity 4/4 (1.00, 0.50–1.00) at dose 16); false positives 0/10 (0.00, 0.00–0.50)"
+            "finds data trained on for ≥ 16 exposures (sensitivity 4/4 (1.00, 0.50–1.00) at dose 16); false positives 0/10 (0.00, 0.00–0.50)"
         );
         assert!(
             note(&test, true).starts_with("minimum detectable dose not reached (sensitivity 4/4")
         );
         test.minimum_detectable_dose = Some(4.0);
-        assert!(note(&test, false).contains("≥ 4 epochs (sensitivity 1/4 (0.25,"));
+        assert!(note(&test, false).contains("≥ 4 exposures (sensitivity 1/4 (0.25,"));
     }
 }

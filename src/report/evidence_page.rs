@@ -87,7 +87,7 @@ fn calibration_headline(c: &crate::analyze::calibration::Calibration) -> String 
         })
         .collect();
     format!(
-        "Minimum detectable dose (epochs; the smallest dose whose sensitivity's Wilson 95% lower bound exceeds the false-positive rate's upper bound): {}.",
+        "Minimum detectable dose (exposures; the smallest dose whose sensitivity's Wilson 95% lower bound exceeds the false-positive rate's upper bound): {}.",
         if tests.is_empty() {
             "no test ran".to_string()
         } else {
@@ -309,12 +309,12 @@ fn matrix_tikz(rows: &[String], columns: &[String], rates: &[Vec<Option<f64>>]) 
     t
 }
 
-/// A dose–response plot in TikZ: 4 cm of epochs, 3 cm of sensitivity.
+/// A dose–response plot in TikZ: 4 cm of exposures, 3 cm of sensitivity.
 fn dose_tikz(points: &[DosePoint], false_positive_rate: Option<f64>) -> String {
     let max = points.iter().map(|p| p.dose).fold(1.0, f64::max);
     let x = |dose: f64| dose / max * 4.0;
     let mut t = String::from("\\begin{tikzpicture}\n");
-    t.push_str("\\draw[->] (0,0) -- (4.3,0) node[right,font=\\scriptsize] {epochs};\n");
+    t.push_str("\\draw[->] (0,0) -- (4.3,0) node[right,font=\\scriptsize] {exposures};\n");
     t.push_str("\\draw[->] (0,0) -- (0,3.2) node[above,font=\\scriptsize] {sensitivity};\n");
     t.push_str("\\node[left,font=\\scriptsize] at (0,3) {1}; \\node[left,font=\\scriptsize] at (0,0) {0};\n");
     for p in points {

@@ -357,7 +357,7 @@ pub struct DosePoint {
     pub high: f64,
 }
 
-/// Sensitivity (y) against dose in epochs (x) for one test, with Wilson intervals as
+/// Sensitivity (y) against dose in exposures (x) for one test, with Wilson intervals as
 /// error bars and the false-positive rate as a dashed horizontal line.
 pub fn dose_response(
     title: &str,
@@ -385,9 +385,9 @@ fn draw_dose_response<DB: DrawingBackend>(
         .build_cartesian_2d(0f64..max_dose * 1.1, 0f64..1.05f64)?;
     chart
         .configure_mesh()
-        .x_desc("epochs")
+        .x_desc("exposures")
         .y_desc("sensitivity")
-        // Whole epochs only: fractional ticks would print as repeated integers.
+        // Whole exposures only: fractional ticks would print as repeated integers.
         .x_label_formatter(&|x| {
             if (x - x.round()).abs() < 1e-9 {
                 format!("{x:.0}")

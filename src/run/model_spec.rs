@@ -111,7 +111,8 @@ pub struct ModelSpec {
     /// (`[]` for the base model). Overrides the model folder's `tabcontam-manifest.json`.
     #[serde(default)]
     pub trained_on: Option<Vec<String>>,
-    /// Epochs of that training (the dose; 0 for the base model).
+    /// Exposures of that training: times each trained row was seen (epochs of `packed`
+    /// training; 0 for the base model).
     #[serde(default)]
     pub dose: Option<f64>,
     /// The spec id of the model this checkpoint was trained from.

@@ -22,12 +22,13 @@ pub struct CalibrationSpec {
     pub base: String,
     /// One checkpoint series per entry: a dataset, or a list of datasets trained together.
     pub treatments: Vec<Treatment>,
-    /// Epochs after which a checkpoint is taken (the doses of the dose–response curves).
+    /// Epochs after which a checkpoint is taken. The dose–response curves count each in
+    /// exposures, the manifest's times each trained row was a target (= epochs for `packed`).
     pub doses: Vec<usize>,
     /// `raw` or a serialization template id (as `contaminate --text`).
     #[serde(default = "default_text")]
     pub text: String,
-    /// `all`, a fraction such as `0.5`, or `holdout:0.2` (as `contaminate --rows`).
+    /// `all`, a fraction such as `0.5`, `holdout:0.2` or `tail:0.2` (as `contaminate --rows`).
     #[serde(default = "default_rows")]
     pub rows: String,
     /// `packed`, `rows` or `mixed` (as `contaminate --windows`).
@@ -58,6 +59,18 @@ pub struct CalibrationSpec {
     /// as a quantized base; see `docs/guide/calibration.md` for the agreement measured).
     #[serde(default)]
     pub quantize: Option<crate::infer::weights::Quantize>,
+    /// Train LoRA adapters of this rank with the base frozen (as `contaminate --lora`).
+    #[serde(default)]
+    pub lora: Option<usize>,
+    /// The projections adapted (as `contaminate --lora-targets`; default `attention`).
+    #[serde(default)]
+    pub lora_targets: Option<String>,
+    /// The adapters' scale numerator (default: the rank).
+    #[serde(default)]
+    pub lora_alpha: Option<f64>,
+    /// Clip the gradients' global norm to this (as `contaminate --max-grad-norm`).
+    #[serde(default)]
+    pub max_grad_norm: Option<f64>,
 }
 
 fn default_text() -> String {
@@ -257,6 +270,35 @@ impl CalibrationSpec {
         settings.grad_accum = self.grad_accum;
         settings.seq_len = self.seq_len;
         settings.seed = self.seed.unwrap_or(spec_seed);
+        if let Some(max) = self.max_grad_norm {
+            if !(max.is_finite() && max > 0.0) {
+                return Err(
+                    "calibration.max_grad_norm: must be a positive number such as 1.0".into(),
+                );
+            }
+            settings.max_grad_norm = Some(max);
+        }
+        if let Some(rank) = self.lora {
+            let mut lora = crate::train::lora::LoraSettings::new(rank);
+            if let Some(targets) = &self.lora_targets {
+                lora.targets = crate::train::lora::LoraTarget::parse_list(targets)
+                    .map_err(|e| err("lora_targets", e))?;
+            }
+            if let Some(alpha) = self.lora_alpha {
+                lora.alpha = alpha;
+            }
+            if rank == 0 {
+                return Err(
+                    "calibration.lora: 0; give the adapters' rank, at least 1 (8 to 64 is usual)"
+                        .into(),
+                );
+            }
+            settings.lora = Some(lora);
+        } else if self.lora_targets.is_some() || self.lora_alpha.is_some() {
+            return Err(
+                "calibration.lora_targets/lora_alpha: set `lora = RANK` too, or remove them".into(),
+            );
+        }
         Ok(settings)
     }
 
@@ -273,8 +315,20 @@ impl CalibrationSpec {
 
     /// The training settings in words, for the card.
     pub fn training_summary(&self, spec_seed: u64) -> String {
+        let method = match self.lora {
+            None => "full fine-tuning".to_string(),
+            Some(rank) => format!(
+                "LoRA rank {rank} on {} (alpha {}), base frozen",
+                self.lora_targets.as_deref().unwrap_or("attention"),
+                self.lora_alpha.unwrap_or(rank as f64)
+            ),
+        };
+        let method = match self.max_grad_norm {
+            Some(max) => format!("{method}, gradients clipped to norm {max}"),
+            None => method,
+        };
         format!(
-            "text {}, rows {}, windows {}, lr {}, weight decay {}, batch {} × {} accumulated, {} tokens per window, seed {}",
+            "{method}, text {}, rows {}, windows {}, lr {}, weight decay {}, batch {} × {} accumulated, {} tokens per window, seed {}",
             self.text,
             self.rows,
             self.windows,

@@ -1,7 +1,7 @@
 //! The llama family (Llama 2/3, SmolLM2) as a differentiable network: every weight a candle
-//! `Var`, the forward pass written with plain candle ops that have backward (matmul, exp,
-//! sums, broadcasts, index_select), not the inference engine's fused kernels (`rms_norm`,
-//! `softmax_last_dim`, `rope`), which have none.
+//! `Var`, the forward pass candle matmuls and the fused differentiable ops of `ops.rs` (the
+//! composed forward pass of plain candle ops kept as the tests' reference); with LoRA
+//! (`lora.rs`) every weight frozen and adapters trained beside chosen projections.
 //!
 //! Weights come from a safetensors folder (Hugging Face names) or a GGUF file (llama.cpp
 //! names, dequantized to f32); GGUF q/k rows were permuted by llama.cpp for its
@@ -12,149 +12,15 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor, Var};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::TrainError;
+pub use super::llama_config::LlamaConfig;
+use super::llama_config::unpermute_rows;
+use super::lora::{Adapters, LoraSettings, LoraTarget};
 use super::ops;
 use crate::infer::files::{ModelFiles, WeightFormat};
-use crate::infer::weights::{GgufMetadata, Weights};
-
-/// The shape of a llama network.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LlamaConfig {
-    pub vocab_size: usize,
-    pub hidden_size: usize,
-    pub intermediate_size: usize,
-    pub num_layers: usize,
-    pub num_heads: usize,
-    pub num_kv_heads: usize,
-    pub head_dim: usize,
-    pub rms_eps: f64,
-    pub rope_theta: f64,
-    pub tie_embeddings: bool,
-    pub max_position_embeddings: usize,
-    pub bos_token_id: Option<u32>,
-    pub eos_token_id: Option<u32>,
-}
-
-impl LlamaConfig {
-    /// `config.json` of the saved checkpoint (what the local engine's llama loader reads).
-    pub fn to_hf_json(&self) -> Value {
-        json!({
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": self.num_layers,
-            "num_attention_heads": self.num_heads,
-            "num_key_value_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "rms_norm_eps": self.rms_eps,
-            "rope_theta": self.rope_theta,
-            "hidden_act": "silu",
-            "tie_word_embeddings": self.tie_embeddings,
-            "max_position_embeddings": self.max_position_embeddings,
-            "bos_token_id": self.bos_token_id,
-            "eos_token_id": self.eos_token_id,
-            "torch_dtype": "float32",
-        })
-    }
-
-    fn from_hf_json(path: &Path, json: &Value) -> Result<Self, TrainError> {
-        let model_type = json["model_type"].as_str().unwrap_or("(none)");
-        if model_type != "llama" {
-            return Err(TrainError::UnsupportedArchitecture {
-                path: path.to_path_buf(),
-                found: model_type.to_string(),
-            });
-        }
-        if json.get("rope_scaling").is_some_and(|v| !v.is_null()) {
-            return Err(TrainError::BadModel {
-                path: path.to_path_buf(),
-                detail: "rope_scaling is not supported by the trainer (plain rotary only)".into(),
-            });
-        }
-        let size = |key: &str| -> Result<usize, TrainError> {
-            json[key]
-                .as_u64()
-                .map(|v| v as usize)
-                .ok_or_else(|| TrainError::BadModel {
-                    path: path.to_path_buf(),
-                    detail: format!("config.json lacks `{key}`"),
-                })
-        };
-        let hidden_size = size("hidden_size")?;
-        let num_heads = size("num_attention_heads")?;
-        let first_id = |v: &Value| v.as_u64().or_else(|| v.get(0).and_then(Value::as_u64));
-        Ok(LlamaConfig {
-            vocab_size: size("vocab_size")?,
-            hidden_size,
-            intermediate_size: size("intermediate_size")?,
-            num_layers: size("num_hidden_layers")?,
-            num_heads,
-            num_kv_heads: json["num_key_value_heads"]
-                .as_u64()
-                .map_or(num_heads, |v| v as usize),
-            head_dim: json["head_dim"]
-                .as_u64()
-                .map_or(hidden_size / num_heads, |v| v as usize),
-            rms_eps: json["rms_norm_eps"].as_f64().unwrap_or(1e-6),
-            rope_theta: json["rope_theta"].as_f64().unwrap_or(10_000.0),
-            tie_embeddings: json["tie_word_embeddings"].as_bool().unwrap_or(false),
-            max_position_embeddings: json["max_position_embeddings"].as_u64().unwrap_or(2048)
-                as usize,
-            bos_token_id: first_id(&json["bos_token_id"]).map(|v| v as u32),
-            eos_token_id: first_id(&json["eos_token_id"]).map(|v| v as u32),
-        })
-    }
-
-    fn from_gguf(
-        path: &Path,
-        meta: &GgufMetadata,
-        embedding_rows: usize,
-    ) -> Result<Self, TrainError> {
-        let arch = meta.string("general.architecture").unwrap_or_default();
-        if arch != "llama" {
-            return Err(TrainError::UnsupportedArchitecture {
-                path: path.to_path_buf(),
-                found: arch,
-            });
-        }
-        let need = |key: &str| -> Result<usize, TrainError> {
-            meta.arch_u32("llama", key)
-                .map(|v| v as usize)
-                .ok_or_else(|| TrainError::BadModel {
-                    path: path.to_path_buf(),
-                    detail: format!("GGUF metadata lacks llama.{key}"),
-                })
-        };
-        let hidden_size = need("embedding_length")?;
-        let num_heads = need("attention.head_count")?;
-        Ok(LlamaConfig {
-            vocab_size: embedding_rows,
-            hidden_size,
-            intermediate_size: need("feed_forward_length")?,
-            num_layers: need("block_count")?,
-            num_heads,
-            num_kv_heads: meta
-                .arch_u32("llama", "attention.head_count_kv")
-                .map_or(num_heads, |v| v as usize),
-            head_dim: meta
-                .arch_u32("llama", "attention.key_length")
-                .map_or(hidden_size / num_heads, |v| v as usize),
-            rms_eps: meta
-                .arch_f32("llama", "attention.layer_norm_rms_epsilon")
-                .unwrap_or(1e-5) as f64,
-            rope_theta: meta.arch_f32("llama", "rope.freq_base").unwrap_or(10_000.0) as f64,
-            tie_embeddings: false,
-            max_position_embeddings: meta.arch_u32("llama", "context_length").unwrap_or(2048)
-                as usize,
-            bos_token_id: meta.u32("tokenizer.ggml.bos_token_id"),
-            eos_token_id: meta.u32("tokenizer.ggml.eos_token_id"),
-        })
-    }
-}
+use crate::infer::weights::Weights;
 
 /// The trainable weights of one decoder layer.
 struct Layer {
@@ -169,7 +35,22 @@ struct Layer {
     down: Var,
 }
 
-/// A llama network whose weights are all trainable.
+impl Layer {
+    fn projection(&self, target: LoraTarget) -> &Var {
+        match target {
+            LoraTarget::Q => &self.q,
+            LoraTarget::K => &self.k,
+            LoraTarget::V => &self.v,
+            LoraTarget::O => &self.o,
+            LoraTarget::Gate => &self.gate,
+            LoraTarget::Up => &self.up,
+            LoraTarget::Down => &self.down,
+        }
+    }
+}
+
+/// A llama network: every weight trainable, or (with [`LlamaTrainer::with_lora`]) every
+/// weight frozen and LoRA adapters trained beside chosen projections.
 pub struct LlamaTrainer {
     pub config: LlamaConfig,
     embed: Var,
@@ -177,15 +58,7 @@ pub struct LlamaTrainer {
     lm_head: Option<Var>,
     final_norm: Var,
     layers: Vec<Layer>,
-}
-
-/// llama.cpp's `permute` of q/k rows undone: `(heads, 2, half, in)` was stored as
-/// `(heads, half, 2, in)`.
-fn unpermute_rows(w: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
-    let (rows, cols) = w.dims2()?;
-    w.reshape((heads, rows / heads / 2, 2, cols))?
-        .transpose(1, 2)?
-        .reshape((rows, cols))
+    lora: Option<Adapters>,
 }
 
 impl LlamaTrainer {
@@ -298,7 +171,56 @@ impl LlamaTrainer {
             final_norm: var(final_norm)?,
             layers,
             config,
+            lora: None,
         })
+    }
+
+    /// Freezes every weight and puts seeded LoRA adapters beside the chosen projections.
+    pub fn with_lora(mut self, settings: LoraSettings, seed: u64) -> Result<Self, TrainError> {
+        settings.check(self.config.hidden_size)?;
+        let layers = &self.layers;
+        let adapters = Adapters::new(settings, layers.len(), seed, |i, target| {
+            let dims = layers[i].projection(target).dims();
+            (dims[0], dims[1])
+        })?;
+        self.lora = Some(adapters);
+        Ok(self)
+    }
+
+    /// A base weight as the forward pass uses it: tracked when trained, detached (no
+    /// gradient asked of any op) when frozen under LoRA.
+    fn weight(&self, var: &Var) -> Tensor {
+        match self.lora {
+            None => var.as_tensor().clone(),
+            Some(_) => var.as_tensor().detach(),
+        }
+    }
+
+    /// `h Wᵀ` for one projection of layer `i`, plus its adapter's share under LoRA.
+    fn project(&self, h: &Tensor, i: usize, target: LoraTarget) -> candle_core::Result<Tensor> {
+        let w = self.layers[i].projection(target);
+        let Some(lora) = &self.lora else {
+            return linear(h, w);
+        };
+        let base = ops::frozen_linear(h, w.as_tensor())?;
+        match lora.get(i, target) {
+            Some(adapter) => base + lora.delta(adapter, h)?,
+            None => Ok(base),
+        }
+    }
+
+    /// What the optimizer updates (and the resume state keeps): every weight, or under
+    /// LoRA the adapters only.
+    pub fn trainable_vars(&self) -> Vec<(String, &Var)> {
+        match &self.lora {
+            None => self.named_vars(),
+            Some(lora) => lora.named_vars(),
+        }
+    }
+
+    /// The adapters, when training with LoRA.
+    pub fn lora(&self) -> Option<&Adapters> {
+        self.lora.as_ref()
     }
 
     /// Every weight under its Hugging Face name.
@@ -327,8 +249,9 @@ impl LlamaTrainer {
         vars
     }
 
+    /// The trainable variables (see [`Self::trainable_vars`]).
     pub fn vars(&self) -> Vec<Var> {
-        self.named_vars()
+        self.trainable_vars()
             .into_iter()
             .map(|(_, v)| v.clone())
             .collect()
@@ -338,20 +261,49 @@ impl LlamaTrainer {
         self.named_vars().iter().map(|(_, v)| v.elem_count()).sum()
     }
 
-    /// Writes `model.safetensors` and `config.json` into `dir`.
+    pub fn trainable_count(&self) -> usize {
+        self.trainable_vars()
+            .iter()
+            .map(|(_, v)| v.elem_count())
+            .sum()
+    }
+
+    /// Writes `model.safetensors` (under LoRA the adapters merged into the base weights,
+    /// and the adapters alone in [`super::lora::ADAPTER_FILE`]) and `config.json` into
+    /// `dir`.
     pub fn save(&self, dir: &Path) -> Result<(), TrainError> {
-        let tensors: HashMap<String, Tensor> = self
+        let candle = |path: &Path| {
+            let context = format!("writing {}", path.display());
+            move |source| TrainError::Candle { context, source }
+        };
+        let weights = dir.join("model.safetensors");
+        let mut tensors: HashMap<String, Tensor> = self
             .named_vars()
             .into_iter()
             .map(|(name, var)| (name, var.as_tensor().clone()))
             .collect();
-        let weights = dir.join("model.safetensors");
-        candle_core::safetensors::save(&tensors, &weights).map_err(|source| {
-            TrainError::Candle {
-                context: format!("writing {}", weights.display()),
-                source,
+        if let Some(lora) = &self.lora {
+            for (i, layer) in self.layers.iter().enumerate() {
+                for target in LoraTarget::ALL {
+                    if let Some(adapter) = lora.get(i, target) {
+                        let name = format!("model.layers.{i}.{}.weight", target.module());
+                        let merged = lora
+                            .merged(adapter, layer.projection(target).as_tensor())
+                            .map_err(candle(&weights))?;
+                        tensors.insert(name, merged);
+                    }
+                }
             }
-        })?;
+            let adapter_path = dir.join(super::lora::ADAPTER_FILE);
+            let adapters: HashMap<String, Tensor> = lora
+                .named_vars()
+                .into_iter()
+                .map(|(name, var)| (name, var.as_tensor().clone()))
+                .collect();
+            candle_core::safetensors::save(&adapters, &adapter_path)
+                .map_err(candle(&adapter_path))?;
+        }
+        candle_core::safetensors::save(&tensors, &weights).map_err(candle(&weights))?;
         let config = dir.join("config.json");
         let text = serde_json::to_string_pretty(&self.config.to_hf_json()).expect("json");
         std::fs::write(&config, text).map_err(|e| TrainError::io(&config, e))
@@ -370,8 +322,8 @@ impl LlamaTrainer {
             .to_vec1::<f32>()?;
         let count = weights.iter().sum::<f32>();
         let hidden = self.hidden(&inputs)?;
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        ops::head_cross_entropy(&hidden, head.as_tensor(), targets, weights, count)
+        let head = self.weight(self.lm_head.as_ref().unwrap_or(&self.embed));
+        ops::head_cross_entropy(&hidden, &head, targets, weights, count)
     }
 
     /// The final hidden state (after the last norm) of every position, `(batch * seq,
@@ -380,26 +332,36 @@ impl LlamaTrainer {
         let (batch, seq) = inputs.dims2()?;
         let c = &self.config;
         let mut xs = self
-            .embed
-            .as_tensor()
+            .weight(&self.embed)
             .index_select(&inputs.flatten_all()?, 0)?; // (batch * seq, hidden)
         let rope = ops::Rope::new(seq, c.head_dim, c.rope_theta);
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        for layer in &self.layers {
-            let h = ops::rms_norm(&xs, layer.attn_norm.as_tensor(), c.rms_eps)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let h = ops::rms_norm(&xs, &self.weight(&layer.attn_norm), c.rms_eps)?;
             // Rotated in the `(batch, seq, heads, dim)` layout the projection writes; the
             // attention op moves them to head-major order itself (and does not keep the
             // copies). Grouped-query attention: each kv head serves `group` query heads,
             // which are folded into the query rows so k and v are never copied.
             let q = ops::rope(
-                &linear(&h, &layer.q)?.reshape((batch, seq, c.num_heads, c.head_dim))?,
+                &self.project(&h, i, LoraTarget::Q)?.reshape((
+                    batch,
+                    seq,
+                    c.num_heads,
+                    c.head_dim,
+                ))?,
                 &rope,
             )?;
             let k = ops::rope(
-                &linear(&h, &layer.k)?.reshape((batch, seq, c.num_kv_heads, c.head_dim))?,
+                &self.project(&h, i, LoraTarget::K)?.reshape((
+                    batch,
+                    seq,
+                    c.num_kv_heads,
+                    c.head_dim,
+                ))?,
                 &rope,
             )?;
-            let v = linear(&h, &layer.v)?
+            let v = self
+                .project(&h, i, LoraTarget::V)?
                 .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()?;
@@ -409,16 +371,26 @@ impl LlamaTrainer {
                 .reshape((batch, c.num_heads, seq, c.head_dim))?
                 .transpose(1, 2)?
                 .reshape((batch * seq, c.num_heads * c.head_dim))?;
-            xs = (xs + linear(&attended, &layer.o)?)?;
-            let h = ops::rms_norm(&xs, layer.ffn_norm.as_tensor(), c.rms_eps)?;
-            let down = ops::swiglu_down(
-                &linear(&h, &layer.gate)?,
-                &linear(&h, &layer.up)?,
-                layer.down.as_tensor(),
-            )?;
+            xs = (xs + self.project(&attended, i, LoraTarget::O)?)?;
+            let h = ops::rms_norm(&xs, &self.weight(&layer.ffn_norm), c.rms_eps)?;
+            let gate = self.project(&h, i, LoraTarget::Gate)?;
+            let up = self.project(&h, i, LoraTarget::Up)?;
+            let down = match self
+                .lora
+                .as_ref()
+                .and_then(|l| Some((l, l.get(i, LoraTarget::Down)?)))
+            {
+                // An adapted down projection needs the product itself as its input.
+                Some((lora, adapter)) => {
+                    let gated = ops::swiglu(&gate, &up)?;
+                    (ops::frozen_linear(&gated, layer.down.as_tensor())?
+                        + lora.delta(adapter, &gated)?)?
+                }
+                None => ops::swiglu_down(&gate, &up, &self.weight(&layer.down))?,
+            };
             xs = (xs + down)?;
         }
-        ops::rms_norm(&xs, self.final_norm.as_tensor(), c.rms_eps)
+        ops::rms_norm(&xs, &self.weight(&self.final_norm), c.rms_eps)
     }
 
     /// The loss composed of plain candle ops (the forward pass before the fused ops), the
@@ -519,11 +491,8 @@ mod tests {
         assert!(close(&log, &softmax(&xs).unwrap()) < 1e-6);
     }
 
-    /// The network through the fused ops gives the loss and every weight's gradient of the
-    /// network composed of plain candle ops (tied embeddings, grouped-query attention, some
-    /// positions out of the loss).
-    #[test]
-    fn fused_network_matches_the_composed_one() {
+    /// A 2-layer network of random weights (tied embeddings, grouped-query attention).
+    fn tiny_model() -> LlamaTrainer {
         let device = Device::Cpu;
         let config = LlamaConfig {
             vocab_size: 40,
@@ -557,19 +526,33 @@ mod tests {
                 ]
             })
             .collect();
-        let model = LlamaTrainer::from_tensors(
+        LlamaTrainer::from_tensors(
             config,
             randn(&[40, h], 1.0),
             None,
             (randn(&[h], 0.1) + 1.0).unwrap(),
             layers,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// Token ids `(3, 10)` and loss weights `(3, 9)` with some positions out of the loss.
+    fn tiny_batch() -> (Tensor, Tensor) {
+        let device = Device::Cpu;
         let ids: Vec<u32> = (0..3 * 10).map(|i| (i * 13 % 40) as u32).collect();
         let ids = Tensor::from_vec(ids, (3, 10), &device).unwrap();
         let mut weights = vec![1f32; 3 * 9];
         weights[20..].fill(0.0);
-        let weights = Tensor::from_vec(weights, (3, 9), &device).unwrap();
+        (ids, Tensor::from_vec(weights, (3, 9), &device).unwrap())
+    }
+
+    /// The network through the fused ops gives the loss and every weight's gradient of the
+    /// network composed of plain candle ops (tied embeddings, grouped-query attention, some
+    /// positions out of the loss).
+    #[test]
+    fn fused_network_matches_the_composed_one() {
+        let model = tiny_model();
+        let (ids, weights) = tiny_batch();
         let fused = model.loss(&ids, &weights).unwrap();
         let composed = model.composed_loss(&ids, &weights).unwrap();
         let (a, b) = (
@@ -589,23 +572,107 @@ mod tests {
         }
     }
 
-    /// llama.cpp's permutation (as in convert_hf_to_gguf.py) undone gives the original.
+    /// Under LoRA (every projection adapted, B made non-zero) the loss is that of the
+    /// merged weights, only the adapters get gradients, and an adapter's gradient is the
+    /// loss's slope along it (central difference).
     #[test]
-    fn gguf_row_permutation_is_undone() {
-        let device = Device::Cpu;
-        let heads = 2;
-        let w = Tensor::arange(0f32, 48.0, &device)
+    fn lora_trains_adapters_only_and_merges_to_the_same_network() {
+        let mut settings = LoraSettings::new(2);
+        settings.targets = LoraTarget::ALL.to_vec();
+        settings.alpha = 4.0;
+        let model = tiny_model().with_lora(settings, 1).unwrap();
+        let lora = model.lora().unwrap();
+        for (_, var) in lora.named_vars() {
+            if var.dims()[1] == 2 {
+                var.set(&Tensor::randn(0f32, 0.3, var.dims(), &Device::Cpu).unwrap())
+                    .unwrap();
+            }
+        }
+        let (ids, weights) = tiny_batch();
+        let loss = model.loss(&ids, &weights).unwrap();
+        let dir = std::env::temp_dir().join(format!("tabcontam-lora-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        model.save(&dir).unwrap();
+        let merged =
+            candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
+        let adapters = candle_core::safetensors::load(
+            dir.join(super::super::lora::ADAPTER_FILE),
+            &Device::Cpu,
+        )
+        .unwrap();
+        assert_eq!(adapters.len(), 2 * 7 * 2);
+        assert!(adapters.contains_key("model.layers.1.mlp.down_proj.lora_B.weight"));
+        let layers = (0..2)
+            .map(|i| {
+                let get = |n: &str| merged[&format!("model.layers.{i}.{n}.weight")].clone();
+                [
+                    get("input_layernorm"),
+                    get("self_attn.q_proj"),
+                    get("self_attn.k_proj"),
+                    get("self_attn.v_proj"),
+                    get("self_attn.o_proj"),
+                    get("post_attention_layernorm"),
+                    get("mlp.gate_proj"),
+                    get("mlp.up_proj"),
+                    get("mlp.down_proj"),
+                ]
+            })
+            .collect();
+        let full = LlamaTrainer::from_tensors(
+            model.config.clone(),
+            merged["model.embed_tokens.weight"].clone(),
+            None,
+            merged["model.norm.weight"].clone(),
+            layers,
+        )
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (a, b) = (
+            loss.to_scalar::<f32>().unwrap(),
+            full.loss(&ids, &weights)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap(),
+        );
+        assert!((a - b).abs() < 1e-4, "adapted {a}, merged {b}");
+
+        let grads = loss.backward().unwrap();
+        for (name, var) in model.named_vars() {
+            assert!(
+                grads.get(var.as_tensor()).is_none(),
+                "{name} got a gradient"
+            );
+        }
+        for (name, var) in model.trainable_vars() {
+            assert!(
+                grads.get(var.as_tensor()).is_some(),
+                "{name} got no gradient"
+            );
+        }
+        let (name, var) = &model.trainable_vars()[3];
+        let grad = grads.get(var.as_tensor()).unwrap();
+        let direction = Tensor::randn(0f32, 1.0, var.dims(), &Device::Cpu).unwrap();
+        let slope = (grad * &direction)
             .unwrap()
-            .reshape((8, 6))
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
             .unwrap();
-        let permuted = w
-            .reshape((heads, 2, 2, 6))
-            .unwrap()
-            .transpose(1, 2)
-            .unwrap()
-            .reshape((8, 6))
-            .unwrap();
-        let back = unpermute_rows(&permuted, heads).unwrap();
-        assert_eq!(back.to_vec2::<f32>().unwrap(), w.to_vec2::<f32>().unwrap());
+        let original = var.as_tensor().copy().unwrap();
+        let eps = 1e-2;
+        let at = |sign: f64| {
+            var.set(&(&original + (&direction * (sign * eps)).unwrap()).unwrap())
+                .unwrap();
+            model
+                .loss(&ids, &weights)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+        };
+        let numeric = (at(1.0) - at(-1.0)) / (2.0 * eps as f32);
+        assert!(
+            (numeric - slope).abs() < 2e-2 * slope.abs().max(1.0),
+            "{name}: gradient slope {slope}, central difference {numeric}"
+        );
     }
 }

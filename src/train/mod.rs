@@ -3,14 +3,18 @@
 //! (`model.safetensors`, `config.json`, `tokenizer.json`) with a `tabcontam-manifest.json`
 //! recording exactly what it saw.
 //!
-//! Full fine-tuning in f32 on CPU: every weight a candle `Var`, the forward pass per
-//! architecture family in its own file (only `llama` so far: Llama 2/3, SmolLM2), next-token
-//! cross-entropy, AdamW, gradient accumulation, seeded data order. Checkpoints are cached
+//! Full fine-tuning in f32 on CPU (every weight a candle `Var`) or LoRA (`lora.rs`: the
+//! base frozen, adapters trained), the forward pass per architecture family in its own file
+//! (only `llama` so far: Llama 2/3, SmolLM2), next-token cross-entropy, AdamW with optional
+//! gradient clipping, gradient accumulation, seeded data order. Checkpoints are cached
 //! by their inputs (base weights digest, data digest, exposure): an existing checkpoint
 //! with the same inputs digest is not trained again.
 
 pub mod data;
 pub mod llama;
+pub mod llama_config;
+pub mod lora;
+pub mod manifest;
 pub mod ops;
 pub mod optimizer;
 pub mod resume;
@@ -22,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
-use serde::{Deserialize, Serialize};
 
 use crate::dataset::catalog::Catalog;
 use crate::infer::LocalError;
@@ -32,6 +35,10 @@ use crate::infer::weights::Weights;
 pub use data::{RowSelection, TextForm, WindowLayout};
 use data::{SeededRng, Window};
 use llama::LlamaTrainer;
+pub use manifest::{
+    BaseModelRecord, Checkpoint, Manifest, RowsRecord, checkpoint_dir, read_manifest,
+};
+use manifest::{rows_record, write_checkpoint};
 use optimizer::{AdamW, AdamWSettings};
 use resume::Position;
 
@@ -124,6 +131,10 @@ pub struct ContaminationSettings {
     /// How often the resume state is saved (besides every epoch's end): a killed run loses
     /// at most this much training.
     pub resume_every: Duration,
+    /// Train LoRA adapters with the base frozen instead of every weight.
+    pub lora: Option<lora::LoraSettings>,
+    /// Clip the gradients' global L2 norm to this before each update (off: no clipping).
+    pub max_grad_norm: Option<f64>,
 }
 
 impl ContaminationSettings {
@@ -147,6 +158,8 @@ impl ContaminationSettings {
             seed: 0,
             out,
             resume_every: Duration::from_secs(300),
+            lora: None,
+            max_grad_norm: None,
         }
     }
 
@@ -171,79 +184,17 @@ impl ContaminationSettings {
         if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
             return bad("--lr must be a positive number such as 1e-4");
         }
+        if self
+            .max_grad_norm
+            .is_some_and(|m| !(m.is_finite() && m > 0.0))
+        {
+            return bad("--max-grad-norm must be a positive number such as 1.0");
+        }
         if self.batch_size == 0 || self.grad_accum == 0 || self.seq_len < 2 {
             return bad("--batch-size and --grad-accum must be at least 1, --seq-len at least 2");
         }
         Ok(())
     }
-}
-
-/// Rows of the manifest's `rows` object.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RowsRecord {
-    /// `all`, a fraction such as `0.5`, or `holdout:0.2`.
-    pub selection: String,
-    /// Dataset id → trained row indexes (from 0, file order, header excluded).
-    pub trained_rows: BTreeMap<String, Vec<usize>>,
-    /// Dataset id → rows never trained on (the held-out or unpicked ones).
-    pub unseen_rows: BTreeMap<String, Vec<usize>>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct BaseModelRecord {
-    pub path: PathBuf,
-    pub digest: String,
-}
-
-/// `tabcontam-manifest.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Manifest {
-    pub format: u32,
-    pub base_model: BaseModelRecord,
-    pub datasets: Vec<String>,
-    pub data_digest: String,
-    pub text_form: String,
-    pub rows: RowsRecord,
-    pub epoch: usize,
-    pub step: usize,
-    pub learning_rate: f64,
-    pub weight_decay: f64,
-    pub batch_size: usize,
-    pub grad_accum: usize,
-    pub seq_len: usize,
-    pub windows: String,
-    pub seed: u64,
-    /// Mean training loss over this checkpoint's last epoch.
-    pub loss: f64,
-    pub tokens_trained: u64,
-    /// blake3 of everything above that decides the weights except `epoch`/`step`.
-    pub inputs_digest: String,
-    /// The checkpoint's own weights digest: its model revision in the cache.
-    pub revision: String,
-}
-
-/// One checkpoint of a series.
-#[derive(Debug, Clone)]
-pub struct Checkpoint {
-    pub dir: PathBuf,
-    pub manifest: Manifest,
-    /// Found on disk with the same inputs digest rather than trained now.
-    pub reused: bool,
-}
-
-/// Reads a checkpoint folder's manifest.
-pub fn read_manifest(dir: &Path) -> Result<Manifest, TrainError> {
-    let path = dir.join(MANIFEST_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| TrainError::io(&path, e))?;
-    serde_json::from_str(&text).map_err(|e| TrainError::BadModel {
-        path,
-        detail: format!("unreadable manifest: {e}"),
-    })
-}
-
-/// The folder of one epoch's checkpoint.
-pub fn checkpoint_dir(out: &Path, epoch: usize) -> PathBuf {
-    out.join(format!("epoch-{epoch:03}"))
 }
 
 /// Builds (or finds) the checkpoint series of `settings`; `progress` gets one line per
@@ -307,6 +258,10 @@ pub fn build_checkpoints(
 
     progress(&format!("loading {}", files.weights_path().display()));
     let model = LlamaTrainer::load(&files)?;
+    let model = match &settings.lora {
+        Some(lora) => model.with_lora(lora.clone(), settings.seed)?,
+        None => model,
+    };
     let tokenizer = load_tokenizer(&files)?;
     // The windows of one epoch: the same every epoch, except for `mixed`, whose second half
     // follows a fresh seeded row order each epoch.
@@ -343,11 +298,36 @@ pub fn build_checkpoints(
             datasets: settings.datasets.join(", "),
         });
     }
+    let exposures_per_epoch = match settings.windows {
+        WindowLayout::Packed => 1.0,
+        WindowLayout::Rows | WindowLayout::Mixed => {
+            let mut text_tokens = 0usize;
+            for (_, document) in &text.documents {
+                text_tokens += tokenizer.encode(document)?.len();
+            }
+            // One decimal: what a reader compares across layouts.
+            ((tokens as f64 / text_tokens.max(1) as f64) * 10.0).round() / 10.0
+        }
+    };
     let per_step = settings.batch_size * settings.grad_accum;
     let steps_per_epoch = windows.len().div_ceil(per_step);
     progress(&format!(
-        "{} parameters; {} target tokens of {} ({} rows, text {}) in {} {} windows of ≤{} tokens per epoch; {} epochs × {} steps (batch {} × accumulation {})",
-        model.parameter_count(),
+        "{}; {} target tokens of {} ({} rows, text {}) in {} {} windows of ≤{} tokens per epoch; {} epochs × {} steps (batch {} × accumulation {})",
+        match model.lora() {
+            None => format!("{} parameters", model.parameter_count()),
+            Some(lora) => format!(
+                "LoRA rank {} on {} ({} trainable of {} parameters, base frozen)",
+                lora.settings.rank,
+                lora.settings
+                    .targets
+                    .iter()
+                    .map(|t| t.id())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                model.trainable_count(),
+                model.parameter_count()
+            ),
+        },
         tokens,
         settings.datasets.join(", "),
         text.trained_rows.values().map(Vec::len).sum::<usize>(),
@@ -364,14 +344,13 @@ pub fn build_checkpoints(
     std::fs::create_dir_all(&settings.out).map_err(|e| TrainError::io(&settings.out, e))?;
     let vars = model.vars();
     let named: Vec<(String, candle_core::Var)> = model
-        .named_vars()
+        .trainable_vars()
         .into_iter()
         .map(|(name, var)| (name, var.clone()))
         .collect();
-    let mut optimizer = AdamW::new(
-        named,
-        AdamWSettings::new(settings.learning_rate, settings.weight_decay),
-    );
+    let mut adamw = AdamWSettings::new(settings.learning_rate, settings.weight_decay);
+    adamw.max_grad_norm = settings.max_grad_norm;
+    let mut optimizer = AdamW::new(named, adamw);
     let resumed = resume::position(&settings.out, &inputs_digest)?;
     if let Some(position) = &resumed {
         resume::restore(&settings.out, position, &model, &mut optimizer)?;
@@ -528,6 +507,9 @@ pub fn build_checkpoints(
             seq_len: settings.seq_len,
             windows: settings.windows.label().to_string(),
             seed: settings.seed,
+            lora: settings.lora.as_ref().map(lora::LoraSettings::record),
+            max_grad_norm: settings.max_grad_norm,
+            exposures: Some(epoch as f64 * exposures_per_epoch),
             loss: epoch_loss / epoch_targets.max(1.0),
             tokens_trained,
             inputs_digest: inputs_digest.clone(),
@@ -552,54 +534,6 @@ pub fn build_checkpoints(
     Ok(checkpoints)
 }
 
-/// Writes weights, config and tokenizer into a fresh folder, then the manifest with the
-/// folder's weights digest; the folder appears under its name only when complete.
-fn write_checkpoint(
-    dir: &Path,
-    model: &LlamaTrainer,
-    tokenizer: &TextTokenizer,
-    manifest: &mut Manifest,
-) -> Result<(), TrainError> {
-    let partial = dir.with_extension("partial");
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
-    }
-    std::fs::create_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
-    model.save(&partial)?;
-    tokenizer.save(&partial.join("tokenizer.json"))?;
-    let files = ModelFiles::locate(&partial)?;
-    manifest.revision = weights_digest(&files.identity_files())?;
-    let manifest_path = partial.join(MANIFEST_FILE);
-    std::fs::write(
-        &manifest_path,
-        serde_json::to_string_pretty(manifest).expect("json"),
-    )
-    .map_err(|e| TrainError::io(&manifest_path, e))?;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
-    }
-    std::fs::rename(&partial, dir).map_err(|e| TrainError::io(dir, e))
-}
-
-fn rows_record(selection: RowSelection, text: &data::TrainingText) -> RowsRecord {
-    let unseen = text
-        .trained_rows
-        .iter()
-        .map(|(id, rows)| {
-            let total = text.total_rows[id];
-            let unseen = (0..total)
-                .filter(|r| rows.binary_search(r).is_err())
-                .collect();
-            (id.clone(), unseen)
-        })
-        .collect();
-    RowsRecord {
-        selection: selection.label(),
-        trained_rows: text.trained_rows.clone(),
-        unseen_rows: unseen,
-    }
-}
-
 /// The digest of everything that decides a checkpoint's weights at a given epoch.
 pub fn inputs_digest(settings: &ContaminationSettings, base: &str, data: &str) -> String {
     let record = serde_json::json!({
@@ -617,6 +551,18 @@ pub fn inputs_digest(settings: &ContaminationSettings, base: &str, data: &str) -
         "seq": settings.seq_len,
         "windows": settings.windows.label(),
     });
+    // Added only when set, so full fine-tuning keeps the digests its series were made with.
+    let mut record = record;
+    if let Some(lora) = &settings.lora {
+        record["lora"] = serde_json::json!({
+            "rank": lora.rank,
+            "alpha": lora.alpha,
+            "targets": lora.targets.iter().map(|t| t.id()).collect::<Vec<_>>(),
+        });
+    }
+    if let Some(max) = settings.max_grad_norm {
+        record["max_grad_norm"] = serde_json::json!(max);
+    }
     format!(
         "blake3:{}",
         blake3::hash(record.to_string().as_bytes()).to_hex()

@@ -89,10 +89,12 @@ impl CustomOp2 for RmsNorm {
                 })
             })
         })???;
-        Ok((
-            Some(tensor(dx, x.shape(), x)?),
-            Some(tensor(dw, w.shape(), w)?),
-        ))
+        let dw = if w.track_op() {
+            Some(tensor(dw, w.shape(), w)?)
+        } else {
+            None
+        };
+        Ok((Some(tensor(dx, x.shape(), x)?), dw))
     }
 }
 
@@ -261,6 +263,9 @@ pub fn causal_softmax(scores: &Tensor, scale: f64) -> candle_core::Result<Tensor
 /// (48 MB for 49,152 ids), enough rows for the matmuls to run at full speed.
 const HEAD_CHUNK: usize = 256;
 
+/// The head's gradients: `d hidden`, and `d weight` unless the weight is frozen.
+type HeadGrads = (Tensor, Option<Tensor>);
+
 /// The output head and its mean cross-entropy: `hidden` `(n, h)` times `weight` `(vocab, h)`
 /// transposed, softmax cross-entropy against `targets`, each token's loss weighted and
 /// the sum divided by `count`. The logits exist one chunk at a time, in the forward pass and
@@ -272,13 +277,15 @@ struct HeadCrossEntropy {
 }
 
 impl HeadCrossEntropy {
-    /// Per chunk: the loss sum, and with `grad_scale` the gradients `(d hidden, d weight)`.
+    /// Per chunk: the loss sum, and with `grad_scale` the gradients `(d hidden, d weight)`
+    /// (`d weight` only when `weight_grad`: a frozen head, as under LoRA, needs none).
     fn run(
         &self,
         hidden: &Tensor,
         weight: &Tensor,
         grad_scale: Option<f32>,
-    ) -> candle_core::Result<(f64, Option<(Tensor, Tensor)>)> {
+        weight_grad: bool,
+    ) -> candle_core::Result<(f64, Option<HeadGrads>)> {
         let (n, _) = hidden.dims2()?;
         let (vocab, h) = weight.dims2()?;
         let w_t = weight.t()?;
@@ -302,17 +309,21 @@ impl HeadCrossEntropy {
             if grad_scale.is_some() {
                 let g = Tensor::from_vec(values, (len, vocab), hidden.device())?;
                 d_hidden.push(g.matmul(weight)?);
-                let dw = g.t()?.matmul(&x)?;
-                match &mut d_weight {
-                    None => d_weight = Some(dw.flatten_all()?.to_vec1::<f32>()?),
-                    Some(acc) => with_values(&dw, |dw| k::add_assign(acc, dw))?,
+                if weight_grad {
+                    let dw = g.t()?.matmul(&x)?;
+                    match &mut d_weight {
+                        None => d_weight = Some(dw.flatten_all()?.to_vec1::<f32>()?),
+                        Some(acc) => with_values(&dw, |dw| k::add_assign(acc, dw))?,
+                    }
                 }
             }
         }
-        let grads = match (grad_scale, d_weight) {
-            (Some(_), Some(dw)) => Some((
+        let grads = match grad_scale {
+            Some(_) if !d_hidden.is_empty() => Some((
                 Tensor::cat(&d_hidden, 0)?,
-                Tensor::from_vec(dw, (vocab, h), weight.device())?,
+                d_weight
+                    .map(|dw| Tensor::from_vec(dw, (vocab, h), weight.device()))
+                    .transpose()?,
             )),
             _ => None,
         };
@@ -336,7 +347,7 @@ impl CustomOp2 for HeadCrossEntropy {
         let device = candle_core::Device::Cpu;
         let hidden = Tensor::from_slice(slice(s1, l1, self.name())?, l1.shape(), &device)?;
         let weight = Tensor::from_slice(slice(s2, l2, self.name())?, l2.shape(), &device)?;
-        let (loss, _) = self.run(&hidden, &weight, None)?;
+        let (loss, _) = self.run(&hidden, &weight, None, false)?;
         Ok((
             CpuStorage::F32(vec![(loss / f64::from(self.count)) as f32]),
             Shape::from(()),
@@ -351,9 +362,10 @@ impl CustomOp2 for HeadCrossEntropy {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let scale = grad.to_dtype(DType::F32)?.to_scalar::<f32>()? / self.count;
-        let (_, grads) = self.run(&hidden.detach(), &weight.detach(), Some(scale))?;
+        let weight_grad = weight.track_op();
+        let (_, grads) = self.run(&hidden.detach(), &weight.detach(), Some(scale), weight_grad)?;
         let (dh, dw) = grads.expect("gradients were asked for");
-        Ok((Some(dh), Some(dw)))
+        Ok((Some(dh), dw))
     }
 }
 
@@ -505,14 +517,19 @@ impl CustomOp3 for SwiGluDown {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let weight_grad = w.track_op();
         let (gate, up, w) = (gate.detach(), up.detach(), w.detach());
-        let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
         let grad = grad.detach();
-        let dw = grad.t()?.matmul(&gated)?;
-        drop(gated);
+        // A frozen down projection (LoRA) needs no weight gradient, nor the product for it.
+        let dw = if weight_grad {
+            let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
+            Some(grad.t()?.matmul(&gated)?)
+        } else {
+            None
+        };
         let d_gated = grad.matmul(&w)?;
         let (dgate, dup) = SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
-        Ok((dgate, dup, Some(dw)))
+        Ok((dgate, dup, dw))
     }
 }
 
@@ -520,6 +537,43 @@ impl CustomOp3 for SwiGluDown {
 pub fn swiglu_down(gate: &Tensor, up: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     gate.contiguous()?
         .apply_op3(&up.contiguous()?, &w.contiguous()?, SwiGluDown)
+}
+
+/// `x Wᵀ` with `W` frozen (a LoRA base weight): the backward pass gives `x` its gradient
+/// and skips `W`'s, a third of a linear layer's training arithmetic, which candle's own
+/// matmul would compute for a weight no optimizer reads.
+struct FrozenLinear {
+    weight: Tensor,
+}
+
+impl CustomOp1 for FrozenLinear {
+    fn name(&self) -> &'static str {
+        "train-frozen-linear"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let device = candle_core::Device::Cpu;
+        let x = Tensor::from_slice(slice(s, l, self.name())?, l.shape(), &device)?;
+        let out = x.matmul(&self.weight.t()?)?;
+        let shape = out.shape().clone();
+        Ok((CpuStorage::F32(out.flatten_all()?.to_vec1::<f32>()?), shape))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.detach().matmul(&self.weight)?))
+    }
+}
+
+/// `x Wᵀ` for a frozen `W` `(out, in)` and `x` `(n, in)` ([`FrozenLinear`]).
+pub fn frozen_linear(x: &Tensor, weight: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1(FrozenLinear {
+        weight: weight.detach(),
+    })
 }
 
 /// The same ops composed of plain candle ops with candle's own backward (the trainer's
@@ -756,5 +810,37 @@ mod tests {
             |t| (composed::silu(&t[0])? * &t[1])?.matmul(&t[2].t()?),
             1e-4,
         );
+    }
+
+    /// Frozen weights (LoRA's base) get no gradient from any op that takes one, and the
+    /// inputs' gradients are those of the ops with the weight trainable.
+    #[test]
+    fn frozen_weights_get_no_gradient_and_inputs_the_same_one() {
+        let (x, w) = (randn(&[7, 24]), randn(&[12, 24]));
+        agree(
+            &[&x],
+            |t| frozen_linear(&t[0], w.as_tensor()),
+            |t| t[0].matmul(&w.as_tensor().t()?),
+            1e-4,
+        );
+        let frozen = w.as_tensor().detach();
+        let weighted = |out: Tensor| {
+            let r = Tensor::randn(0f32, 1.0, out.dims(), &Device::Cpu).unwrap();
+            (out * r).unwrap().sum_all().unwrap().backward().unwrap()
+        };
+        let grads = weighted(frozen_linear(x.as_tensor(), &frozen).unwrap());
+        assert!(grads.get(&frozen).is_none());
+        let (gate, up, down) = (randn(&[7, 24]), randn(&[7, 24]), randn(&[12, 24]));
+        let down = down.as_tensor().detach();
+        let grads = weighted(swiglu_down(gate.as_tensor(), up.as_tensor(), &down).unwrap());
+        assert!(grads.get(&down).is_none() && grads.get(gate.as_tensor()).is_some());
+        let norm = randn(&[24]).as_tensor().detach();
+        let grads = weighted(rms_norm(x.as_tensor(), &norm, 1e-5).unwrap());
+        assert!(grads.get(&norm).is_none() && grads.get(x.as_tensor()).is_some());
+        let head = randn(&[50, 24]).as_tensor().detach();
+        let targets: Vec<u32> = (0..7).map(|i| i * 3).collect();
+        let loss = head_cross_entropy(x.as_tensor(), &head, targets, vec![1.0; 7], 7.0).unwrap();
+        let grads = loss.backward().unwrap();
+        assert!(grads.get(&head).is_none() && grads.get(x.as_tensor()).is_some());
     }
 }

@@ -17,6 +17,10 @@ pub struct AdamWSettings {
     pub beta2: f64,
     pub eps: f64,
     pub weight_decay: f64,
+    /// Gradients whose global L2 norm exceeds this are scaled down to it before the update
+    /// (PyTorch's `clip_grad_norm_`): a step on an unlucky window cannot throw the weights
+    /// far, which at a constant learning rate shows as loss spikes.
+    pub max_grad_norm: Option<f64>,
 }
 
 impl AdamWSettings {
@@ -27,6 +31,7 @@ impl AdamWSettings {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay,
+            max_grad_norm: None,
         }
     }
 }
@@ -72,16 +77,37 @@ impl AdamW {
             weight_decay: s.weight_decay,
             t: self.steps,
         };
+        let scale = match s.max_grad_norm {
+            Some(max) => {
+                let norm = self.grad_norm(grads)?;
+                if norm > max { (max / norm) as f32 } else { 1.0 }
+            }
+            None => 1.0,
+        };
         for (i, (_, var)) in self.vars.iter().enumerate() {
             let Some(grad) = grads.get(var.as_tensor()) else {
                 continue;
             };
-            let grad = grad.flatten_all()?.to_vec1::<f32>()?;
+            let mut grad = grad.flatten_all()?.to_vec1::<f32>()?;
+            if scale != 1.0 {
+                grad.iter_mut().for_each(|g| *g *= scale);
+            }
             let mut param = var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
             adamw_update(&mut param, &grad, &mut self.m[i], &mut self.v[i], step);
             var.set(&Tensor::from_vec(param, var.shape(), var.device())?)?;
         }
         Ok(())
+    }
+
+    /// The global L2 norm of the gradients of this optimizer's weights.
+    pub fn grad_norm(&self, grads: &GradStore) -> candle_core::Result<f64> {
+        let mut sum = 0f64;
+        for (_, var) in &self.vars {
+            if let Some(grad) = grads.get(var.as_tensor()) {
+                sum += f64::from(grad.sqr()?.sum_all()?.to_scalar::<f32>()?);
+            }
+        }
+        Ok(sum.sqrt())
     }
 
     /// The moments as tensors named `m.<weight>` and `v.<weight>` (for a resume state).
@@ -119,5 +145,64 @@ impl AdamW {
         }
         self.steps = steps;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::backprop::GradStore;
+
+    fn grads_of(vars: &[Var], scale: f64) -> GradStore {
+        // loss = scale · Σ_i (i + 1) · Σ x_i  →  d loss / d x_i = scale · (i + 1)
+        let mut loss = Tensor::new(0f32, &Device::Cpu).unwrap();
+        for (i, v) in vars.iter().enumerate() {
+            let term = (v.as_tensor().sum_all().unwrap() * (scale * (i + 1) as f64)).unwrap();
+            loss = (loss + term).unwrap();
+        }
+        loss.backward().unwrap()
+    }
+
+    /// Clipping to a norm is the update of the gradient scaled to that norm: a spike (a
+    /// step whose gradient is 10 times the last) moves the weights no more than the steps
+    /// before it; below the threshold nothing changes. (Adam divides by the gradients' own
+    /// scale, so only a change of scale between steps shows.)
+    #[test]
+    fn clipping_scales_the_gradient_to_the_given_norm() {
+        let run = |max: Option<f64>, scales: [f64; 2]| {
+            let vars = vec![
+                Var::new(&[1f32, 2.0, 3.0], &Device::Cpu).unwrap(),
+                Var::new(&[0.5f32, -1.0], &Device::Cpu).unwrap(),
+            ];
+            let named = vars
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("w{i}"), v.clone()))
+                .collect();
+            let mut settings = AdamWSettings::new(0.1, 0.0);
+            settings.max_grad_norm = max;
+            let mut opt = AdamW::new(named, settings);
+            let mut norms = Vec::new();
+            for scale in scales {
+                let grads = grads_of(&vars, scale);
+                norms.push(opt.grad_norm(&grads).unwrap());
+                opt.step(&grads).unwrap();
+            }
+            let values: Vec<Vec<f32>> = vars
+                .iter()
+                .map(|v| v.as_tensor().to_vec1::<f32>().unwrap())
+                .collect();
+            (norms, values)
+        };
+        let norm = (3.0f64 + 8.0).sqrt();
+        let (norms, spiked) = run(None, [1.0, 10.0]);
+        assert!((norms[0] - norm).abs() < 1e-5 && (norms[1] - 10.0 * norm).abs() < 1e-4);
+        let (_, clipped) = run(Some(0.5), [1.0, 10.0]);
+        let (_, even) = run(None, [0.5 / norm, 0.5 / norm]);
+        for (a, b) in clipped.iter().flatten().zip(even.iter().flatten()) {
+            assert!((a - b).abs() < 1e-6, "{clipped:?} vs {even:?}");
+        }
+        assert_ne!(clipped, spiked);
+        assert_eq!(run(Some(1e3), [1.0, 10.0]).1, spiked);
     }
 }

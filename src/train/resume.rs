@@ -58,7 +58,7 @@ pub fn save(
     let mut tensors = optimizer
         .moments()
         .map_err(super::candle_err("saving the optimizer state"))?;
-    for (name, var) in model.named_vars() {
+    for (name, var) in model.trainable_vars() {
         tensors.insert(format!("param.{name}"), var.as_tensor().clone());
     }
     let tensors_path = partial.join(TENSORS_FILE);
@@ -138,7 +138,7 @@ pub fn restore(
     };
     let tensors: HashMap<String, Tensor> = candle_core::safetensors::load(&path, &Device::Cpu)
         .map_err(|e| bad(format!("unreadable resume state ({e})")))?;
-    for (name, var) in model.named_vars() {
+    for (name, var) in model.trainable_vars() {
         let key = format!("param.{name}");
         let saved = tensors
             .get(&key)
