@@ -1,6 +1,6 @@
 //! The resume state of a series being trained: weights, AdamW moments and where in the
-//! seeded data order the run stood, saved in `<series>/resume/` now and then and at every
-//! epoch's end. A `contaminate` killed mid-run continues from it and writes the same
+//! seeded data order the run stood, saved in `<series>/resume/` every `--resume-every`
+//! seconds. A `contaminate` killed mid-run continues from it and writes the same
 //! checkpoints an uninterrupted run writes (the data order is a function of the seed and
 //! the epoch, so the steps left are the same steps).
 
