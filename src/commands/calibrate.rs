@@ -124,7 +124,7 @@ fn write_table(out: &mut dyn Write, calibration: &Calibration) -> std::io::Resul
         calibration
             .doses
             .iter()
-            .map(|d| format!("sensitivity @{} ep", format_dose(*d))),
+            .map(|d| format!("sensitivity @{}", format_dose(*d))),
     );
     header.push("false positives".into());
     header.push("on synthetic".into());
@@ -165,7 +165,7 @@ fn write_table(out: &mut dyn Write, calibration: &Calibration) -> std::io::Resul
         for m in &calibration.membership_rows {
             writeln!(
                 out,
-                "  {} on {} ({} ep): seen {}, held out {}",
+                "  {} on {} (dose {}): seen {}, held out {}",
                 m.model,
                 m.dataset,
                 format_dose(m.dose),
