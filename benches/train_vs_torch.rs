@@ -30,7 +30,7 @@ use candle_core::{DType, Device, Tensor};
 use serde_json::{Value, json};
 use tabcontam::infer::files::ModelFiles;
 use tabcontam::train::llama::LlamaTrainer;
-use tabcontam::train::lora::{LoraSettings, LoraTarget};
+use tabcontam::train::lora::LoraSettings;
 use tabcontam::train::optimizer::{AdamW, AdamWSettings};
 use tiny_llama::LlamaShape;
 
@@ -101,11 +101,9 @@ fn ours(model_dir: &Path, windows_path: &Path) {
 fn lora_settings() -> Option<LoraSettings> {
     let rank = setting("LORA", 0);
     (rank > 0).then(|| {
-        let mut lora = LoraSettings::new(rank);
         let targets =
             std::env::var("TABCONTAM_BENCH_LORA_TARGETS").unwrap_or_else(|_| "attention".into());
-        lora.targets = LoraTarget::parse_list(&targets).unwrap();
-        lora
+        LoraSettings::from_options(rank, Some(&targets), None).unwrap()
     })
 }
 

@@ -144,7 +144,15 @@ impl Drop for Server {
     }
 }
 
-fn start_llama_server(binary: &Path, model: &Path, slots: usize, log: &Path) -> Server {
+/// A fresh llama-server with `slots` slots (the bench's threads and `BENCH_LLAMA_ARGS`, then
+/// `extra`), once it answers `/health`.
+fn start_llama_server(
+    binary: &Path,
+    model: &Path,
+    slots: usize,
+    log: &Path,
+    extra: &[&str],
+) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -168,6 +176,7 @@ fn start_llama_server(binary: &Path, model: &Path, slots: usize, log: &Path) -> 
                 .unwrap_or_default()
                 .split_whitespace(),
         )
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(log_file.try_clone().expect("log file"))
         .stderr(log_file)
@@ -194,40 +203,8 @@ fn start_llama_server(binary: &Path, model: &Path, slots: usize, log: &Path) -> 
 /// Newer builds print that line only at verbosity 4, which also logs every request, so a
 /// server of its own is started for it after the timed rounds.
 fn cpu_features_of_server(binary: &Path, model: &Path, log: &Path) -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0);
-    let spawned = std::fs::File::create(log).ok().and_then(|file| {
-        Command::new(binary)
-            .args(["-m".as_ref(), model.as_os_str()])
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "-lv",
-                "4",
-            ])
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().ok()?)
-            .stderr(file)
-            .spawn()
-            .ok()
-    });
-    let Some(child) = spawned else {
-        return "(could not start it for its system_info line)".into();
-    };
-    let _server = Server { child, port };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut text = String::new();
-    while Instant::now() < deadline {
-        text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.contains("system_info") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    drop(start_llama_server(binary, model, 1, log, &["-lv", "4"]));
+    let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .find(|line| line.contains("system_info"))
         .map(|line| {
@@ -418,7 +395,7 @@ fn main() {
                 .path()
                 .join(format!("llama-server-{slots}-{round}.log"));
             // A fresh server: nothing of the previous round in its prompt cache.
-            let server = start_llama_server(&server_binary, &model_path, *slots, &log);
+            let server = start_llama_server(&server_binary, &model_path, *slots, &log, &[]);
             let measured = run_llama(server.port, &requests, *slots);
             drop(server);
             eprintln!(

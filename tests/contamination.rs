@@ -65,6 +65,34 @@ fn passes(cache: &Path, model: &str, dataset: &str, test: &str) -> (usize, usize
     (passed, trials.len())
 }
 
+/// The real `tabcontam run` of full and incomplete completion on both tiny datasets, for
+/// the base model and a checkpoint (`(spec id, folder)`), into a fresh cache it returns.
+fn run_completion_tests(env: &Env, name: &str, base: &Path, checkpoint: (&str, &Path)) -> PathBuf {
+    let spec = env.path("spec.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"{name}\"\nseed = 0\ndatasets = [\"tiny-orchard\", \"tiny-quarry\"]\n\
+             tests = [\"full-completion\", \"incomplete-completion\"]\nserializations = [\"the-is\"]\n\
+             \n[[models]]\nid = \"base\"\nbackend = \"local\"\nmodel = \"{}\"\n\
+             \n[[models]]\nid = \"{}\"\nbackend = \"local\"\nmodel = \"{}\"\n",
+            base.display(),
+            checkpoint.0,
+            checkpoint.1.display()
+        ),
+    )
+    .unwrap();
+    let cache = env.path("cache.sqlite");
+    env.ok(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--quiet",
+        "--cache",
+        cache.to_str().unwrap(),
+    ]);
+    cache
+}
+
 /// The untrained 2-layer model both tests fine-tune. Its tokenizer knows the words of both
 /// datasets (as any real model's would); the prompts' other words are <unk>.
 fn tiny_base(env: &Env) -> PathBuf {
@@ -164,27 +192,7 @@ fn a_lora_checkpoint_memorizes_its_rows_and_only_those() {
         "adapter {adapter} bytes, model {merged}"
     );
 
-    let spec = env.path("spec.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            "name = \"lora\"\nseed = 0\ndatasets = [\"tiny-orchard\", \"tiny-quarry\"]\n\
-             tests = [\"full-completion\", \"incomplete-completion\"]\nserializations = [\"the-is\"]\n\
-             \n[[models]]\nid = \"base\"\nbackend = \"local\"\nmodel = \"{}\"\n\
-             \n[[models]]\nid = \"lora\"\nbackend = \"local\"\nmodel = \"{}\"\n",
-            base.display(),
-            checkpoint.display()
-        ),
-    )
-    .unwrap();
-    let cache = env.path("cache.sqlite");
-    env.ok(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--quiet",
-        "--cache",
-        cache.to_str().unwrap(),
-    ]);
+    let cache = run_completion_tests(&env, "lora", &base, ("lora", &checkpoint));
     let full = passes(&cache, "lora", "tiny-orchard", "full-completion");
     let incomplete = passes(&cache, "lora", "tiny-orchard", "incomplete-completion");
     assert_eq!(full, (1, 1), "full-completion on the trained dataset");
@@ -192,12 +200,10 @@ fn a_lora_checkpoint_memorizes_its_rows_and_only_those() {
         incomplete.1 == 5 && incomplete.0 >= 3,
         "incomplete-completion on the trained dataset: {incomplete:?}"
     );
-    for (model, dataset) in [("base", "tiny-orchard")] {
-        for test in ["full-completion", "incomplete-completion"] {
-            let (passed, total) = passes(&cache, model, dataset, test);
-            assert!(total > 0, "{model} {dataset} {test} ran no trial");
-            assert_eq!(passed, 0, "{model} passed {test} on {dataset}");
-        }
+    for test in ["full-completion", "incomplete-completion"] {
+        let (passed, total) = passes(&cache, "base", "tiny-orchard", test);
+        assert!(total > 0, "base tiny-orchard {test} ran no trial");
+        assert_eq!(passed, 0, "base passed {test} on tiny-orchard");
     }
 
     // Bad ranks and targets: one line naming the flag, nothing written.
@@ -274,27 +280,7 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
         .unwrap();
     assert!(loss < first / 5.0, "loss {first} → {loss}:\n{curve}");
 
-    let spec = env.path("spec.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            "name = \"contamination\"\nseed = 0\ndatasets = [\"tiny-orchard\", \"tiny-quarry\"]\n\
-             tests = [\"full-completion\", \"incomplete-completion\"]\nserializations = [\"the-is\"]\n\
-             \n[[models]]\nid = \"base\"\nbackend = \"local\"\nmodel = \"{}\"\n\
-             \n[[models]]\nid = \"trained\"\nbackend = \"local\"\nmodel = \"{}\"\n",
-            base.display(),
-            checkpoint.display()
-        ),
-    )
-    .unwrap();
-    let cache = env.path("cache.sqlite");
-    env.ok(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--quiet",
-        "--cache",
-        cache.to_str().unwrap(),
-    ]);
+    let cache = run_completion_tests(&env, "contamination", &base, ("trained", &checkpoint));
 
     let full = passes(&cache, "trained", "tiny-orchard", "full-completion");
     let incomplete = passes(&cache, "trained", "tiny-orchard", "incomplete-completion");

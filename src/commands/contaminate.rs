@@ -41,12 +41,11 @@ pub fn run(args: ContaminateArgs) -> anyhow::Result<ExitCode> {
     settings.resume_every = std::time::Duration::from_secs_f64(args.resume_every);
     settings.max_grad_norm = args.max_grad_norm;
     if let Some(rank) = args.lora {
-        let mut lora = train::lora::LoraSettings::new(rank);
-        lora.targets = train::lora::LoraTarget::parse_list(&args.lora_targets)?;
-        if let Some(alpha) = args.lora_alpha {
-            lora.alpha = alpha;
-        }
-        settings.lora = Some(lora);
+        settings.lora = Some(train::lora::LoraSettings::from_options(
+            rank,
+            Some(&args.lora_targets),
+            args.lora_alpha,
+        )?);
     }
     let started = Instant::now();
     let checkpoints = train::build_checkpoints(&settings, &mut |line| eprintln!("{line}"))?;

@@ -279,14 +279,12 @@ impl CalibrationSpec {
             settings.max_grad_norm = Some(max);
         }
         if let Some(rank) = self.lora {
-            let mut lora = crate::train::lora::LoraSettings::new(rank);
-            if let Some(targets) = &self.lora_targets {
-                lora.targets = crate::train::lora::LoraTarget::parse_list(targets)
-                    .map_err(|e| err("lora_targets", e))?;
-            }
-            if let Some(alpha) = self.lora_alpha {
-                lora.alpha = alpha;
-            }
+            let lora = crate::train::lora::LoraSettings::from_options(
+                rank,
+                self.lora_targets.as_deref(),
+                self.lora_alpha,
+            )
+            .map_err(|e| err("lora_targets", e))?;
             if rank == 0 {
                 return Err(
                     "calibration.lora: 0; give the adapters' rank, at least 1 (8 to 64 is usual)"

@@ -122,6 +122,23 @@ impl LoraSettings {
         }
     }
 
+    /// What a front end's options give: rank, targets (`attention` when none are named, see
+    /// [`LoraTarget::parse_list`]) and alpha (the rank when none is given).
+    pub fn from_options(
+        rank: usize,
+        targets: Option<&str>,
+        alpha: Option<f64>,
+    ) -> Result<Self, TrainError> {
+        let mut lora = LoraSettings::new(rank);
+        if let Some(targets) = targets {
+            lora.targets = LoraTarget::parse_list(targets)?;
+        }
+        if let Some(alpha) = alpha {
+            lora.alpha = alpha;
+        }
+        Ok(lora)
+    }
+
     pub fn scale(&self) -> f64 {
         self.alpha / self.rank as f64
     }

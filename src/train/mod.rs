@@ -538,7 +538,7 @@ pub fn build_checkpoints(
 
 /// The digest of everything that decides a checkpoint's weights at a given epoch.
 pub fn inputs_digest(settings: &ContaminationSettings, base: &str, data: &str) -> String {
-    let record = serde_json::json!({
+    let mut record = serde_json::json!({
         "format": MANIFEST_FORMAT,
         "base": base,
         "data": data,
@@ -554,7 +554,6 @@ pub fn inputs_digest(settings: &ContaminationSettings, base: &str, data: &str) -
         "windows": settings.windows.label(),
     });
     // Added only when set, so full fine-tuning keeps the digests its series were made with.
-    let mut record = record;
     if let Some(lora) = &settings.lora {
         record["lora"] = serde_json::json!({
             "rank": lora.rank,
