@@ -1303,13 +1303,27 @@ fn the_same_weights_under_two_paths_share_every_cache_entry() {
         shard: None,
         pin_served: false,
     };
+    // A run opens its cache file once (issue 22 item 7): its first look, its writes and its
+    // decisions share one connection, whether the cache is new or upgraded.
+    let opened = tabcontam::store::files_opened_on_this_thread();
     let ran = run_experiment(&settings(first), &mut ()).unwrap();
     assert_eq!(ran.status, RunStatus::Finished, "{ran:?}");
     assert!(ran.counts.sent > 0);
+    assert_eq!(
+        tabcontam::store::files_opened_on_this_thread() - opened,
+        1,
+        "a run on a new cache opens it once"
+    );
     // The next run meets the cache at schema 7, as a previous release left it: a run
     // upgrades it rather than refusing it for being old.
     back_to_schema_7(&rusqlite::Connection::open(cache_path(&dir)).unwrap());
+    let opened = tabcontam::store::files_opened_on_this_thread();
     let again = run_experiment(&settings(second), &mut ()).unwrap();
+    assert_eq!(
+        tabcontam::store::files_opened_on_this_thread() - opened,
+        1,
+        "a run on an older cache upgrades it through the connection it keeps"
+    );
     assert_eq!(again.status, RunStatus::Finished, "{again:?}");
     assert_eq!(again.counts.requests, ran.counts.requests);
     assert_eq!(

@@ -8,14 +8,13 @@ use std::time::Instant;
 
 use super::local_exec::ensure_weights;
 use super::spec::Spec;
-use super::workflow::{RunObserver, RunReport, RunSettings, run_loaded_experiment};
+use super::workflow::{RunObserver, RunReport, RunSettings, run_keeping_store};
 use crate::analyze::DEFAULT_SERIALIZATION;
 use crate::analyze::calibration::Calibration;
 use crate::analyze::card::{
     Card, CardDataset, CardSpec, CardTreatment, card_from_rows, entropy_per_row,
 };
 use crate::dataset::catalog::Catalog;
-use crate::store::Store;
 use crate::train;
 
 /// One treatment's checkpoint series.
@@ -108,11 +107,10 @@ pub fn run_study(
     }
 
     // 2. The tests on the base model and every checkpoint, through the cache.
-    let report = run_loaded_experiment(spec, run, observer)?;
+    let (report, store) = run_keeping_store(spec, run, observer)?;
 
     // 3. The calibration of every test, over this spec's models only (the cache may hold
-    // other studies).
-    let store = Store::open_read_only(&run.cache)?;
+    // other studies), read from the store the run wrote.
     let ours = |id: &str| spec.models.iter().any(|m| m.id == id);
     let models: Vec<_> = store
         .models()?
@@ -148,11 +146,9 @@ pub fn run_study(
     };
 
     // 4. The card: the study's spec, base and treatments beside the measurements.
-    let spec_bytes = std::fs::read(&spec.path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", spec.path.display()))?;
     study_card.spec = Some(CardSpec {
         name: spec.name.clone(),
-        blake3: blake3::hash(&spec_bytes).to_hex().to_string(),
+        blake3: spec.digest.clone(),
         base: study.base.clone(),
         base_revision: models
             .iter()

@@ -61,6 +61,9 @@ pub struct Spec {
     /// credentials in URLs (`user:pass@`, query values) read `REDACTED` (see
     /// [`redact_secrets`]). Errors quote the file itself, never this.
     pub text: String,
+    /// blake3 of the file's exact bytes (hex), as loaded: the calibration card cites it, so
+    /// nothing reads the file a second time.
+    pub digest: String,
     pub seed: u64,
     pub datasets: Vec<String>,
     pub tests: Vec<TestId>,
@@ -258,6 +261,7 @@ impl Spec {
             name: raw.name,
             path: path.to_path_buf(),
             text: redact_secrets(text),
+            digest: blake3::hash(text.as_bytes()).to_hex().to_string(),
             seed: raw.seed,
             datasets: raw.datasets,
             tests,

@@ -160,6 +160,16 @@ pub fn run_loaded_experiment(
     settings: &RunSettings,
     observer: &mut dyn RunObserver,
 ) -> Result<RunReport, RunError> {
+    run_keeping_store(spec, settings, observer).map(|(report, _)| report)
+}
+
+/// [`run_loaded_experiment`] that hands back the cache it opened, for a caller that reads
+/// the results next (the calibration study): a command opens its cache once.
+pub fn run_keeping_store(
+    spec: &Spec,
+    settings: &RunSettings,
+    observer: &mut dyn RunObserver,
+) -> Result<(RunReport, Store), RunError> {
     let Ready {
         prepared,
         mut store,
@@ -269,7 +279,7 @@ pub fn run_loaded_experiment(
         &served_before,
         &served_after,
     ));
-    let mut report = decide_and_finish(
+    let (mut report, store) = decide_and_finish(
         store,
         run_id,
         &prepared,
@@ -283,7 +293,7 @@ pub fn run_loaded_experiment(
     report.likelihood = likelihood;
     report.served_probes = served_probes;
     report.served_changes = served_changes;
-    Ok(report)
+    Ok((report, store))
 }
 
 /// Everything before the run is recorded. Fails without writing anything: weights are
@@ -295,19 +305,19 @@ fn get_ready(spec: &Spec, settings: &RunSettings) -> anyhow::Result<Ready> {
     let mut prepared = prepare(spec, settings.data_dir.as_deref(), &settings.only_models)?;
 
     // Look first, write later: a bad spec, a missing key or a foreign cache file must fail
-    // before anything is written.
-    let read_store = read_only_store(&settings.cache)?;
+    // before anything is written. One connection serves the look and the writes; a missing
+    // cache is created only once the checks below have passed.
+    let mut store = Store::open_for_run(&settings.cache)?;
     let served = served_start(
         &mut prepared,
-        &read_store,
+        &store,
         settings.pin_served && !settings.offline,
         &settings.spec,
     )?;
     let spec = &prepared.spec;
     let plan = &prepared.plan;
     let keys: Vec<RequestKey> = plan.requests.keys().copied().collect();
-    let mut cached: HashSet<RequestKey> = read_store.cached_keys(&keys)?;
-    drop(read_store);
+    let mut cached: HashSet<RequestKey> = store.cached_keys(&keys)?;
     // A probe's answer is the answer to its request: stored below, never sent again.
     let probe_answers: Vec<_> = served
         .probe_answers
@@ -384,7 +394,7 @@ fn get_ready(spec: &Spec, settings: &RunSettings) -> anyhow::Result<Ready> {
         })?;
     }
     let dictionary = Dictionary::shipped()?;
-    let mut store = Store::open(&settings.cache)?;
+    store.create_if_missing()?;
     let spec_dir = settings.spec.parent().unwrap_or(Path::new("."));
     for (index, model) in spec.models.iter().enumerate() {
         let exposure = super::local_exec::declared_exposure(model, spec_dir)?;
@@ -418,19 +428,6 @@ fn get_ready(spec: &Spec, settings: &RunSettings) -> anyhow::Result<Ready> {
         other_shards,
         dictionary,
     })
-}
-
-/// The cache for the run's first look, read-only. A cache of an older schema is upgraded
-/// first (its migrations keep every answer): a run is the command that upgrades caches, so
-/// it must not refuse one for being old. By now the spec is planned and valid.
-fn read_only_store(cache: &Path) -> anyhow::Result<Store> {
-    match Store::open_read_only(cache) {
-        Err(crate::store::StoreError::OlderSchema { .. }) => {
-            drop(Store::open(cache)?);
-            Ok(Store::open_read_only(cache)?)
-        }
-        opened => Ok(opened?),
-    }
 }
 
 /// The weights of every local model of the run, fetching the default model if needed.
@@ -494,7 +491,7 @@ fn decide_and_finish(
     outcome: SendOutcome,
     offline: bool,
     shard: Option<Shard>,
-) -> Result<RunReport, RunError> {
+) -> Result<(RunReport, Store), RunError> {
     let spec = &prepared.spec;
     let plan = &prepared.plan;
     let mut counts = RunCounts {
@@ -560,7 +557,7 @@ fn decide_and_finish(
             run: run_id,
             reason: format!("recording the end of the run failed: {e}"),
         })?;
-    Ok(RunReport {
+    let report = RunReport {
         run_id,
         spec: spec.name.clone(),
         status,
@@ -577,7 +574,8 @@ fn decide_and_finish(
         served_probes: 0,
         served_changes: Vec::new(),
         wall: outcome.wall,
-    })
+    };
+    Ok((report, store))
 }
 
 /// Why a run that was not interrupted failed, in one line; `None` when it did not fail.

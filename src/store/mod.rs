@@ -66,6 +66,25 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     read_only: bool,
+    /// Opened by [`Store::open_for_run`] on a missing file: reads as empty, and
+    /// [`Store::create_if_missing`] creates the file.
+    missing: bool,
+}
+
+thread_local! {
+    /// Cache files opened by this thread (see [`files_opened_on_this_thread`]).
+    static FILES_OPENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times this thread has opened a cache file (an in-memory stand-in for a missing
+/// file does not count). A command opens its cache once and hands the store down; the
+/// tests hold the commands to that with this count.
+pub fn files_opened_on_this_thread() -> u64 {
+    FILES_OPENED.with(|n| n.get())
+}
+
+fn count_file_opened() {
+    FILES_OPENED.with(|n| n.set(n.get() + 1));
 }
 
 impl std::fmt::Debug for Store {
@@ -103,10 +122,12 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .at(&path)?;
+        count_file_opened();
         let mut store = Store {
             conn,
             path,
             read_only: false,
+            missing: false,
         };
         store.conn.busy_timeout(BUSY_TIMEOUT).at(&store.path)?;
         // Switching a new file to WAL needs its exclusive lock, and SQLite answers a
@@ -161,11 +182,13 @@ impl Store {
         let path = path.as_ref().to_path_buf();
         let exists = check_header(&path)?;
         let conn = if exists {
-            Connection::open_with_flags(
+            let conn = Connection::open_with_flags(
                 &path,
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )
-            .at(&path)?
+            .at(&path)?;
+            count_file_opened();
+            conn
         } else {
             Connection::open_in_memory().at(&path)?
         };
@@ -173,6 +196,7 @@ impl Store {
             conn,
             path,
             read_only: true,
+            missing: false,
         };
         store.conn.busy_timeout(BUSY_TIMEOUT).at(&store.path)?;
         store.check_owner()?;
@@ -204,6 +228,29 @@ impl Store {
             .at(&store.path)?;
         store.tune()?;
         Ok(store)
+    }
+
+    /// Opens the cache a run reads and then writes, with one connection for both, without
+    /// writing before the run's checks have passed: an existing cache is opened for writing
+    /// now (a foreign file is refused untouched; an older schema is upgraded, keeping every
+    /// answer), a missing one reads as empty and is created by [`Store::create_if_missing`].
+    pub fn open_for_run(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref();
+        if check_header(path)? {
+            return Store::open(path);
+        }
+        let mut store = Store::open_read_only(path)?;
+        store.missing = true;
+        Ok(store)
+    }
+
+    /// Creates the file of a store that [`Store::open_for_run`] found missing (a no-op
+    /// otherwise); from here on the store takes writes.
+    pub fn create_if_missing(&mut self) -> Result<()> {
+        if self.missing {
+            *self = Store::open(&self.path)?;
+        }
+        Ok(())
     }
 
     /// The cache file's path.
