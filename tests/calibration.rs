@@ -377,20 +377,21 @@ base = "base"
 
 /// `tabcontam contaminate` killed mid-run (SIGKILL, after a few saved steps) continues from
 /// its resume state and writes the same checkpoint, byte for byte, and the same loss log as
-/// a run that was never interrupted.
+/// a run that was never interrupted. The finished series keeps its final state, and more
+/// epochs of the same inputs continue from it: the same bytes as a longer run from the start.
 #[test]
 fn a_killed_contaminate_resumes_and_writes_the_uninterrupted_checkpoint() {
     use std::process::Stdio;
     let env = cli_env::Env::new();
     let model = env.path("tiny");
     tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
-    let contaminate = |out: &std::path::Path| {
+    let contaminate_epochs = |out: &std::path::Path, epochs: &str| {
         let mut command = env.command(&[
             "contaminate",
             "--dataset",
             "iris",
             "--epochs",
-            "6",
+            epochs,
             "--seq-len",
             "48",
             "--batch-size",
@@ -409,6 +410,7 @@ fn a_killed_contaminate_resumes_and_writes_the_uninterrupted_checkpoint() {
             .stderr(Stdio::piped());
         command
     };
+    let contaminate = |out: &std::path::Path| contaminate_epochs(out, "6");
     let whole = env.path("whole");
     let done = contaminate(&whole).output().unwrap();
     assert!(
@@ -460,7 +462,32 @@ fn a_killed_contaminate_resumes_and_writes_the_uninterrupted_checkpoint() {
     };
     assert_eq!(steps(&killed), steps(&whole));
     assert!(
-        !killed.join("resume").exists(),
-        "the resume state is removed when done"
+        log.contains("kept the state after epoch 6"),
+        "the final state stays: {log}"
     );
+
+    // Two epochs more: continued from the final state, the same checkpoint and loss log as
+    // eight epochs from the start.
+    let longer = env.path("longer");
+    let done = contaminate_epochs(&longer, "8").output().unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let extended = contaminate_epochs(&killed, "8").output().unwrap();
+    let log = String::from_utf8_lossy(&extended.stderr);
+    assert!(extended.status.success(), "{log}");
+    assert!(log.contains("resuming from epoch 6"), "{log}");
+    assert!(
+        !log.contains("epoch 6/8 step"),
+        "epoch 6 trained again: {log}"
+    );
+    let eighth = |out: &std::path::Path| out.join("epoch-008").join("model.safetensors");
+    assert_eq!(
+        std::fs::read(eighth(&killed)).unwrap(),
+        std::fs::read(eighth(&longer)).unwrap(),
+        "continuing a finished series differs from training it longer"
+    );
+    assert_eq!(steps(&killed), steps(&longer));
 }

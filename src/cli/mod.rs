@@ -238,7 +238,8 @@ pub struct ContaminateArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Seconds between saves of the resume state (weights, optimizer moments, position in
-    /// the data order); a killed run continues from the last save
+    /// the data order); a killed run continues from the last save, and the state at the end
+    /// stays so that more epochs of the same inputs continue from it
     #[arg(long, default_value_t = 300.0, value_name = "SECS")]
     pub resume_every: f64,
     /// Clip the gradients' global L2 norm to this before each update (1.0 is usual; off by

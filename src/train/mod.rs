@@ -371,6 +371,8 @@ pub fn build_checkpoints(
     let mut tokens_trained = resumed.as_ref().map_or(0, |p| p.tokens_trained);
     let mut checkpoints = Vec::new();
     let first_epoch = resumed.as_ref().map_or(1, |p| p.epoch);
+    // The last epoch's summed loss and targets, for the final state.
+    let mut last_epoch_loss = (0.0, 0.0);
     for epoch in 1..=settings.epochs {
         if epoch > 1 && settings.windows == WindowLayout::Mixed {
             windows = epoch_windows(epoch)?;
@@ -476,6 +478,7 @@ pub fn build_checkpoints(
                 last_save = Instant::now();
             }
         }
+        last_epoch_loss = (epoch_loss, epoch_targets);
         if !wanted.contains(&epoch) {
             continue;
         }
@@ -532,7 +535,27 @@ pub fn build_checkpoints(
             reused: false,
         });
     }
-    resume::clear(&settings.out)?;
+    // The state at the end stays: a larger dose of the same inputs (more epochs) continues
+    // from it rather than training from the start, and writes what an uninterrupted run
+    // would (the data order depends on the seed and the epoch only).
+    let position = Position {
+        inputs_digest: inputs_digest.clone(),
+        epoch: settings.epochs,
+        steps_in_epoch: steps_per_epoch,
+        step,
+        tokens_trained,
+        epoch_loss: last_epoch_loss.0,
+        epoch_targets: last_epoch_loss.1,
+        seconds: earlier_seconds + started.elapsed().as_secs_f64(),
+    };
+    if resumed.as_ref().map(|p| p.step) != Some(step) {
+        resume::save(&settings.out, &position, &model, &optimizer)?;
+        progress(&format!(
+            "kept the state after epoch {} in {}: more epochs of these inputs continue from it (delete it to free the space)",
+            settings.epochs,
+            resume::resume_dir(&settings.out).display()
+        ));
+    }
     Ok(checkpoints)
 }
 

@@ -1,8 +1,9 @@
 //! The resume state of a series being trained: weights, AdamW moments and where in the
 //! seeded data order the run stood, saved in `<series>/resume/` every `--resume-every`
-//! seconds. A `contaminate` killed mid-run continues from it and writes the same
-//! checkpoints an uninterrupted run writes (the data order is a function of the seed and
-//! the epoch, so the steps left are the same steps).
+//! seconds and at the end of the series. A `contaminate` killed mid-run continues from it
+//! and writes the same checkpoints an uninterrupted run writes (the data order is a
+//! function of the seed and the epoch, so the steps left are the same steps); a finished
+//! series asked for more epochs of the same inputs continues from its final state.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -149,15 +150,6 @@ pub fn restore(
     optimizer
         .restore(&tensors, position.step as u64)
         .map_err(bad)
-}
-
-/// Removes the state once the series is complete.
-pub fn clear(series: &Path) -> Result<(), TrainError> {
-    let dir = resume_dir(series);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
-    }
-    Ok(())
 }
 
 /// `loss.csv`, keeping the lines of the first `keep_steps` steps (those a resumed run does
