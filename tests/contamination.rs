@@ -750,4 +750,35 @@ fn likelihood_detectors_tell_rows_trained_on_from_held_out_rows() {
         "perplexity AUROC {}",
         perplexity.auroc
     );
+
+    // The card of this cache (the checkpoint declares its exposure through its manifest):
+    // the detectors' rows seen vs held out, per dose, beside the table of tests.
+    let store = Store::open_read_only(&cache).unwrap();
+    let card = tabcontam::analyze::card::card_from_store(
+        &store,
+        tabcontam::analyze::DEFAULT_SERIALIZATION,
+    )
+    .unwrap()
+    .expect("a card: the checkpoint's manifest declares its exposure");
+    assert_eq!(card.ground_truth.len(), 4, "{:?}", card.ground_truth);
+    let row = card
+        .ground_truth
+        .iter()
+        .find(|g| g.detector == "likelihood-perplexity")
+        .unwrap();
+    assert_eq!(row.cells, 1);
+    assert_eq!(row.auroc_mean, perplexity.auroc);
+    assert_eq!(
+        Some(row.dose),
+        listed[0]["manifest"]["exposures"].as_f64(),
+        "the dose is the manifest's exposures"
+    );
+    let text = tabcontam::report::card::render(&card);
+    assert!(text.contains("## Rows seen vs held out"), "{text}");
+    assert!(text.contains("| likelihood-perplexity |"), "{text}");
+    let back = tabcontam::analyze::card::parse_card(&text).unwrap();
+    assert_eq!(
+        back.ground_truth, card.ground_truth,
+        "the JSON block round-trips"
+    );
 }

@@ -89,13 +89,17 @@ pub struct AccuracyDose {
 
 /// Membership accuracy of one checkpoint on one trained dataset, split by whether the
 /// queried row was among the rows trained on (a direct membership-inference measurement).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct MembershipRows {
     pub model: String,
     pub dataset: String,
     pub dose: f64,
     pub seen: Rate,
     pub held_out: Rate,
+    /// Share of the sample answers, seen and held-out rows together, that were neither
+    /// choice (counted wrong).
+    #[serde(default)]
+    pub invalid: f64,
 }
 
 /// The whole study.
@@ -324,7 +328,7 @@ pub fn calibrate(
     // same row under another template is the same question again), each trial (seed, trial)
     // counted once with its samples pooled as the verdict's accuracy pools them.
     type TrialId = (String, String, u64, u32);
-    let mut answers: BTreeMap<TrialId, (usize, u64, u64)> = BTreeMap::new();
+    let mut answers: BTreeMap<TrialId, (usize, u64, u64, u64)> = BTreeMap::new();
     for t in trials.iter().filter(|t| {
         t.test == TestId::Membership && t.serialization.as_deref().is_none_or(|s| s == primary)
     }) {
@@ -345,29 +349,34 @@ pub fn calibrate(
         let slot = usize::from(!trained_rows.contains(&row));
         let entry = answers
             .entry((t.model.clone(), t.dataset.clone(), t.seed, t.trial))
-            .or_insert((slot, 0, 0));
+            .or_insert((slot, 0, 0, 0));
         entry.1 += u64::from(t.verdict.passed);
         entry.2 += 1;
+        entry.3 += u64::from(t.verdict.invalid);
     }
     /// (correct sample answers, sample answers, distinct trials) of one slot.
     type Pooled = (u64, u64, u64);
     // Per (model, dataset): the seen slot, then the held-out one.
-    let mut rows: BTreeMap<(String, String), [Pooled; 2]> = BTreeMap::new();
-    for ((model, dataset, _, _), (slot, correct, total)) in answers {
+    let mut rows: BTreeMap<(String, String), ([Pooled; 2], u64)> = BTreeMap::new();
+    for ((model, dataset, _, _), (slot, correct, total, invalid)) in answers {
         let entry = rows.entry((model, dataset)).or_default();
-        entry[slot].0 += correct;
-        entry[slot].1 += total;
-        entry[slot].2 += 1;
+        entry.0[slot].0 += correct;
+        entry.0[slot].1 += total;
+        entry.0[slot].2 += 1;
+        entry.1 += invalid;
     }
     let membership_rows = rows
         .into_iter()
-        .map(|((model, dataset), [seen, held_out])| MembershipRows {
-            dose: exposure[model.as_str()].dose,
-            model,
-            dataset,
-            seen: Rate::pooled(seen.0, seen.1, seen.2),
-            held_out: Rate::pooled(held_out.0, held_out.1, held_out.2),
-        })
+        .map(
+            |((model, dataset), ([seen, held_out], invalid))| MembershipRows {
+                dose: exposure[model.as_str()].dose,
+                model,
+                dataset,
+                seen: Rate::pooled(seen.0, seen.1, seen.2),
+                held_out: Rate::pooled(held_out.0, held_out.1, held_out.2),
+                invalid: invalid as f64 / (seen.1 + held_out.1).max(1) as f64,
+            },
+        )
         .collect();
 
     Some(Calibration {

@@ -10,20 +10,27 @@
 //! [`crate::significance::ALPHA`]), for the verbatim tests 13–16 (their own verdicts) and
 //! for the likelihood detectors (originals vs perturbed copies: detected when the
 //! permutation p-value is below α; under `strict` the detector must also beat the blind
-//! baseline), each only when the study ran it.
+//! baseline) and for test 17, `row-order` (its exact permutation p-value below α), each
+//! only when the study ran it; then the sections of [`super::card_sections`]: rows seen vs
+//! held out (membership and the detectors) and classification against the base.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::calibration::{Calibration, DoseRate, Rate, calibrate, minimum_detectable_dose};
+use super::calibration::{
+    Calibration, DoseRate, MembershipRows, Rate, calibrate, minimum_detectable_dose,
+};
+use super::card_sections::{CardClassification, CardGroundTruth, classification, ground_truth};
 use crate::dataset::synth::is_synthetic;
 use crate::dataset::table::Table;
 use crate::exposure::Exposure;
 use crate::probe::TestId;
 use crate::significance::ALPHA;
-use crate::store::{CellRow, LikelihoodCellRow, ModelRow, OWN_SOURCE, Store, TrialRow};
+use crate::store::{
+    CellRow, LikelihoodCellRow, ModelRow, OWN_SOURCE, RowOrderCellRow, Store, TrialRow,
+};
 
 /// The line that opens a card's machine-readable block (a fenced `json` block follows).
 pub const CARD_MARKER: &str = "<!-- tabcontam-calibration-card -->";
@@ -143,8 +150,28 @@ pub struct Card {
     /// Models of the study: checkpoints and base models (negatives).
     pub checkpoints: usize,
     pub base_models: usize,
-    /// The tests the study ran, in report order (1–16, then the likelihood detectors).
+    /// The tests the study ran, in report order (1–17, then the likelihood detectors).
     pub tests: Vec<CardTest>,
+    /// Membership (test 10) per checkpoint and trained dataset, on the rows it saw against
+    /// its held-out rows; empty when no checkpoint held rows out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub membership_rows: Vec<MembershipRows>,
+    /// The likelihood detectors on the rows seen against the held-out rows, per dose.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ground_truth: Vec<CardGroundTruth>,
+    /// Tests 11–12 on the checkpoints against their base on the same cells, per dose.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classification: Vec<CardClassification>,
+}
+
+/// What a card is computed from: the study's rows, as the cache holds them.
+#[derive(Debug, Clone, Copy)]
+pub struct StudyRows<'a> {
+    pub models: &'a [ModelRow],
+    pub cells: &'a [CellRow],
+    pub trials: &'a [TrialRow],
+    pub likelihood: &'a [LikelihoodCellRow],
+    pub row_order: &'a [RowOrderCellRow],
 }
 
 impl Card {
@@ -186,13 +213,14 @@ fn row_entropy_bits(rows: &[Vec<String>]) -> f64 {
 /// The tests of a study over `models` (only those with a declared exposure count): the
 /// calibration of tests 1–9 and the rows of membership, tests 13–16 and the likelihood
 /// detectors computed from the same cells; `None` when no model declares an exposure.
-pub fn card_from_rows(
-    models: &[ModelRow],
-    cells: &[CellRow],
-    trials: &[TrialRow],
-    likelihood: &[LikelihoodCellRow],
-    primary: &str,
-) -> Option<(Calibration, Card)> {
+pub fn card_from_rows(rows: StudyRows, primary: &str) -> Option<(Calibration, Card)> {
+    let StudyRows {
+        models,
+        cells,
+        trials,
+        likelihood,
+        row_order,
+    } = rows;
     let calibration = calibrate(models, cells, trials, primary)?;
     let exposure: HashMap<&str, &Exposure> = models
         .iter()
@@ -272,6 +300,22 @@ pub fn card_from_rows(
             strict,
         ));
     }
+    let order_outcomes: Vec<Outcome> = row_order
+        .iter()
+        .filter(|c| exposure.contains_key(c.model.as_str()))
+        .filter_map(|c| {
+            let detected = c.stats.as_ref()?.p_value < ALPHA;
+            Some((c.model.as_str(), c.dataset.as_str(), detected, detected))
+        })
+        .collect();
+    tests.push(card_test(
+        "row-order",
+        Some(17),
+        "the file's row order is likelier than its seeded permutations: exact permutation p < 0.05",
+        &order_outcomes,
+        &doses,
+        &exposure,
+    ));
     for (test, outcomes) in detectors {
         tests.push(card_test(
             test,
@@ -296,6 +340,17 @@ pub fn card_from_rows(
         checkpoints,
         base_models: calibration.models.len() - checkpoints,
         tests,
+        membership_rows: {
+            let mut rows = calibration.membership_rows.clone();
+            rows.sort_by(|a, b| {
+                (a.dose, &a.dataset, &a.model)
+                    .partial_cmp(&(b.dose, &b.dataset, &b.model))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+            rows
+        },
+        ground_truth: ground_truth(likelihood, &exposure, primary),
+        classification: classification(cells, &exposure, primary),
     };
     Some((calibration, card))
 }
@@ -363,11 +418,14 @@ fn card_test(
 /// The card of the study in a cache: every model with a declared exposure, the default
 /// template's cells. `Ok(None)` when no model declares one.
 pub fn card_from_store(store: &Store, primary: &str) -> anyhow::Result<Option<Card>> {
-    let models = store.models()?;
-    let cells = store.cells()?;
-    let trials = store.trials()?;
-    let likelihood = store.likelihood_cells()?;
-    Ok(card_from_rows(&models, &cells, &trials, &likelihood, primary).map(|(_, card)| card))
+    let rows = StudyRows {
+        models: &store.models()?,
+        cells: &store.cells()?,
+        trials: &store.trials()?,
+        likelihood: &store.likelihood_cells()?,
+        row_order: &store.row_order_cells()?,
+    };
+    Ok(card_from_rows(rows, primary).map(|(_, card)| card))
 }
 
 /// The card in the text of a card file: the JSON block after [`CARD_MARKER`].
@@ -597,7 +655,14 @@ mod tests {
             likelihood.push(detector("base", "toy", seed, 0.3));
             likelihood.push(detector("ckpt", "synthetic-1-10", seed, 0.5));
         }
-        let (_, card) = card_from_rows(&models, &cells, &[], &likelihood, "the-is").unwrap();
+        let rows = StudyRows {
+            models: &models,
+            cells: &cells,
+            trials: &[],
+            likelihood: &likelihood,
+            row_order: &[],
+        };
+        let (_, card) = card_from_rows(rows, "the-is").unwrap();
         let ids: Vec<&str> = card.tests.iter().map(|t| t.test.as_str()).collect();
         assert_eq!(ids, ["membership", "likelihood-min-k"]);
         for t in &card.tests {

@@ -12,6 +12,7 @@
 
 pub mod calibration;
 pub mod card;
+pub mod card_sections;
 pub mod diff;
 pub mod dose_response;
 pub mod evidence;

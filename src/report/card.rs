@@ -175,12 +175,132 @@ pub fn render(card: &Card) -> String {
         out.push('\n');
     }
 
+    render_sections(card, &mut out);
+
     out.push_str("## Machine-readable\n\n");
     out.push_str(CARD_MARKER);
     out.push_str("\n```json\n");
     out.push_str(&serde_json::to_string_pretty(card).expect("a card serializes"));
     out.push_str("\n```\n");
     out
+}
+
+/// The sections beside the table of tests, each only when the study measured it.
+fn render_sections(card: &Card, out: &mut String) {
+    if !card.membership_rows.is_empty() || !card.ground_truth.is_empty() {
+        out.push_str("## Rows seen vs held out\n\n");
+        out.push_str(
+            "A checkpoint trained on part of a table and tested on all of it: the rows it saw against the rows held out of training, the same table, the same prompts.\n\n",
+        );
+    }
+    if !card.membership_rows.is_empty() {
+        out.push_str(
+            "Membership (test 10): share of correct answers on the rows seen and on the held-out rows (samples pooled; trials/trials, Wilson 95 % interval over trials), and the share of answers that were neither choice (counted wrong).\n\n",
+        );
+        let rows: Vec<Vec<Cell>> = card
+            .membership_rows
+            .iter()
+            .map(|m| {
+                vec![
+                    Cell::text(m.model.clone()),
+                    Cell::text(m.dataset.clone()),
+                    Cell::text(format_dose(m.dose)),
+                    Cell::text(rate(&m.seen)),
+                    Cell::text(rate(&m.held_out)),
+                    Cell::text(format!("{:.0} %", 100.0 * m.invalid)),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                ("checkpoint", Align::Left),
+                ("dataset", Align::Left),
+                ("dose", Align::Right),
+                ("rows seen", Align::Right),
+                ("rows held out", Align::Right),
+                ("neither choice", Align::Right),
+            ],
+            &rows,
+        ));
+        out.push('\n');
+    }
+    if !card.ground_truth.is_empty() {
+        out.push_str(
+            "Likelihood detectors with the held-out rows as negatives: AUROC of the rows seen against them (mean over cells, min–max), true-positive rate at 5 % false positives, and cells whose permutation p-value of AUROC > 0.5 is below 0.05.\n\n",
+        );
+        let rows: Vec<Vec<Cell>> = card
+            .ground_truth
+            .iter()
+            .map(|g| {
+                vec![
+                    Cell::text(g.detector.clone()),
+                    Cell::text(format_dose(g.dose)),
+                    Cell::text(g.cells.to_string()),
+                    Cell::text(format!(
+                        "{:.2} ({:.2}–{:.2})",
+                        g.auroc_mean, g.auroc_min, g.auroc_max
+                    )),
+                    Cell::text(format!("{:.2}", g.tpr_at_5_fpr_mean)),
+                    Cell::text(rate(&g.detected)),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                ("detector", Align::Left),
+                ("dose", Align::Right),
+                ("cells", Align::Right),
+                ("AUROC", Align::Right),
+                ("TPR @ 5 % FPR", Align::Right),
+                ("detected", Align::Right),
+            ],
+            &rows,
+        ));
+        out.push('\n');
+    }
+    if !card.classification.is_empty() {
+        out.push_str("## Classification against the base\n\n");
+        out.push_str(
+            "Tests 11–12 on each checkpoint and on its base model, the same cells (dataset, template, seed): accuracy (samples pooled, Wilson 95 % interval over trials), its change in points, and the share of the checkpoint's answers that named no class (counted wrong). Training on a table can teach its labels (trained datasets) or cost general skill (the others), down to answering with table rows instead of a class.\n\n",
+        );
+        let rows: Vec<Vec<Cell>> = card
+            .classification
+            .iter()
+            .map(|c| {
+                vec![
+                    Cell::text(format!("{} {}", c.number, c.test)),
+                    Cell::text(format_dose(c.dose)),
+                    Cell::text(
+                        if c.trained {
+                            "trained on"
+                        } else {
+                            "not trained on"
+                        }
+                        .to_string(),
+                    ),
+                    Cell::text(c.cells.to_string()),
+                    Cell::text(rate(&c.base)),
+                    Cell::text(rate(&c.checkpoint)),
+                    Cell::text(format!("{:+.1}", 100.0 * c.change)),
+                    Cell::text(format!("{:.0} %", 100.0 * c.checkpoint_invalid)),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                ("test", Align::Left),
+                ("dose", Align::Right),
+                ("datasets", Align::Left),
+                ("cells", Align::Right),
+                ("base", Align::Right),
+                ("checkpoint", Align::Right),
+                ("change (points)", Align::Right),
+                ("no class named", Align::Right),
+            ],
+            &rows,
+        ));
+        out.push('\n');
+    }
 }
 
 /// Writes `card` to `path` (its folder created when missing): the text is written beside

@@ -12,7 +12,7 @@ use super::workflow::{RunObserver, RunReport, RunSettings, run_keeping_store};
 use crate::analyze::DEFAULT_SERIALIZATION;
 use crate::analyze::calibration::Calibration;
 use crate::analyze::card::{
-    Card, CardDataset, CardSpec, CardTreatment, card_from_rows, entropy_per_row,
+    Card, CardDataset, CardSpec, CardTreatment, StudyRows, card_from_rows, entropy_per_row,
 };
 use crate::dataset::catalog::Catalog;
 use crate::train;
@@ -136,9 +136,19 @@ pub fn run_study(
         .into_iter()
         .filter(|c| ours(&c.model))
         .collect();
-    let Some((calibration, mut study_card)) =
-        card_from_rows(&models, &cells, &trials, &likelihood, primary)
-    else {
+    let row_order: Vec<_> = store
+        .row_order_cells()?
+        .into_iter()
+        .filter(|c| ours(&c.model))
+        .collect();
+    let rows = StudyRows {
+        models: &models,
+        cells: &cells,
+        trials: &trials,
+        likelihood: &likelihood,
+        row_order: &row_order,
+    };
+    let Some((calibration, mut study_card)) = card_from_rows(rows, primary) else {
         anyhow::bail!(
             "{}: the cache holds no model with a declared exposure after the run; was it interrupted?",
             run.cache.display()
