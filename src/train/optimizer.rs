@@ -9,7 +9,7 @@ use std::cell::RefCell;
 
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Device, InplaceOp2, Layout, Tensor, Var, bail};
-use tabcontam_kernels::adamw::{AdamWStep, adamw_update};
+use tabcontam_kernels::adamw::{AdamWStep, adamw_update, sum_of_squares};
 
 /// AdamW's settings (PyTorch's defaults but the learning rate and weight decay).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,6 +112,13 @@ impl AdamW {
     pub fn step(&mut self, grads: &GradStore) -> candle_core::Result<()> {
         self.steps += 1;
         let s = self.settings;
+        let grad_scale = match s.max_grad_norm {
+            Some(max) => {
+                let norm = self.grad_norm(grads)?;
+                if norm > max { (max / norm) as f32 } else { 1.0 }
+            }
+            None => 1.0,
+        };
         let step = AdamWStep {
             lr: s.lr,
             beta1: s.beta1,
@@ -119,23 +126,13 @@ impl AdamW {
             eps: s.eps,
             weight_decay: s.weight_decay,
             t: self.steps,
-        };
-        let scale = match s.max_grad_norm {
-            Some(max) => {
-                let norm = self.grad_norm(grads)?;
-                if norm > max { (max / norm) as f32 } else { 1.0 }
-            }
-            None => 1.0,
+            grad_scale,
         };
         for (i, (_, var)) in self.vars.iter().enumerate() {
             let Some(grad) = grads.get(var.as_tensor()) else {
                 continue;
             };
-            let grad = if scale != 1.0 {
-                grad.affine(f64::from(scale), 0.0)?
-            } else {
-                grad.contiguous()?
-            };
+            let grad = grad.contiguous()?;
             let update = Update {
                 m: RefCell::new(&mut self.m[i]),
                 v: RefCell::new(&mut self.v[i]),
@@ -146,12 +143,19 @@ impl AdamW {
         Ok(())
     }
 
-    /// The global L2 norm of the gradients of this optimizer's weights.
+    /// The global L2 norm of the gradients of this optimizer's weights, read in place.
     pub fn grad_norm(&self, grads: &GradStore) -> candle_core::Result<f64> {
         let mut sum = 0f64;
         for (_, var) in &self.vars {
             if let Some(grad) = grads.get(var.as_tensor()) {
-                sum += f64::from(grad.sqr()?.sum_all()?.to_scalar::<f32>()?);
+                let grad = grad.contiguous()?;
+                let (storage, layout) = grad.storage_and_layout();
+                let (candle_core::Storage::Cpu(CpuStorage::F32(values)), Some((start, end))) =
+                    (&*storage, layout.contiguous_offsets())
+                else {
+                    bail!("grad_norm: f32 gradients on the CPU only")
+                };
+                sum += sum_of_squares(&values[start..end]);
             }
         }
         Ok(sum.sqrt())

@@ -17,6 +17,9 @@ pub struct AdamWStep {
     pub eps: f64,
     pub weight_decay: f64,
     pub t: u64,
+    /// Each gradient is multiplied by this first (gradient clipping's factor; 1 leaves it
+    /// exact), so clipping needs no scaled copy of the gradients.
+    pub grad_scale: f32,
 }
 
 /// One AdamW update of `param` in place from `grad`, updating the moments `m` and `v`:
@@ -36,6 +39,7 @@ pub fn adamw_update(param: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32
     let decay = (1.0 - s.lr * s.weight_decay) as f32;
     let lr = s.lr as f32;
     let eps = s.eps as f32;
+    let grad_scale = s.grad_scale;
     param
         .par_chunks_mut(CHUNK)
         .zip(grad.par_chunks(CHUNK))
@@ -43,7 +47,7 @@ pub fn adamw_update(param: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32
         .zip(v.par_chunks_mut(CHUNK))
         .for_each(|(((p, g), m), v)| {
             for i in 0..p.len() {
-                let g = g[i];
+                let g = g[i] * grad_scale;
                 m[i] = beta1 * m[i] + (1.0 - beta1) * g;
                 v[i] = beta2 * v[i] + (1.0 - beta2) * g * g;
                 let m_hat = m[i] * scale_m;
@@ -51,6 +55,19 @@ pub fn adamw_update(param: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32
                 p[i] = p[i] * decay - lr * (m_hat / (v_hat.sqrt() + eps));
             }
         });
+}
+
+/// `Σ x²` in f64, on every core (a gradient's share of the global norm that clipping needs,
+/// without a squared copy of the gradient).
+pub fn sum_of_squares(x: &[f32]) -> f64 {
+    x.par_chunks(CHUNK)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .map(|&v| f64::from(v) * f64::from(v))
+                .sum::<f64>()
+        })
+        .sum()
 }
 
 #[cfg(test)]
@@ -74,6 +91,7 @@ mod tests {
             eps: 1e-8,
             weight_decay: 0.01,
             t,
+            grad_scale: 1.0,
         };
         adamw_update(&mut p, &[0.5, -1.0, 0.0], &mut m, &mut v, step(1));
         for (got, want) in p.iter().zip([0.899_000_0_f64, -1.898_000_0, 0.499_500_0]) {
@@ -101,6 +119,7 @@ mod tests {
                 eps: 1e-8,
                 weight_decay: 0.1,
                 t: 3,
+                grad_scale: 1.0,
             };
             if split {
                 let at = CHUNK + 5;
@@ -115,5 +134,34 @@ mod tests {
             p
         };
         assert_eq!(run(false), run(true));
+    }
+
+    /// A scaled update equals the update of the scaled gradient, and the sum of squares
+    /// over chunks is the plain one.
+    #[test]
+    fn the_gradient_scale_is_the_scaled_gradients_update() {
+        let n = 2 * CHUNK + 3;
+        let grad: Vec<f32> = (0..n)
+            .map(|i| ((i * 31) % 97) as f32 / 48.0 - 1.0)
+            .collect();
+        let run = |grad: &[f32], grad_scale: f32| {
+            let mut p = vec![0.5f32; n];
+            let (mut m, mut v) = (vec![0.0; n], vec![0.0; n]);
+            let s = AdamWStep {
+                lr: 1e-3,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                t: 1,
+                grad_scale,
+            };
+            adamw_update(&mut p, grad, &mut m, &mut v, s);
+            (p, m)
+        };
+        let scaled: Vec<f32> = grad.iter().map(|g| g * 0.25).collect();
+        assert_eq!(run(&grad, 0.25), run(&scaled, 1.0));
+        let plain: f64 = grad.iter().map(|&g| f64::from(g) * f64::from(g)).sum();
+        assert!((sum_of_squares(&grad) - plain).abs() <= 1e-9 * plain);
     }
 }
