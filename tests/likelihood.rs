@@ -253,14 +253,38 @@ fn in_process_run_scores_iris_once_per_text() {
         "{:?}",
         report.likelihood
     );
-    assert_eq!(report.likelihood.cells, 4);
+    // The four detectors, and dataset inference combining them.
+    assert_eq!(report.likelihood.cells, 5);
     let store = Store::open_read_only(&cache).unwrap();
     print_cells(&store);
-    let cells = store.likelihood_cells().unwrap();
-    assert_eq!(cells.len(), 4);
+    let all_cells = store.likelihood_cells().unwrap();
+    assert_eq!(all_cells.len(), 5);
+    let before: Vec<_> = all_cells
+        .iter()
+        .map(|c| (c.stats.clone(), c.blind))
+        .collect();
+    let (inference, cells): (Vec<_>, Vec<_>) = all_cells
+        .into_iter()
+        .partition(|c| c.test == "dataset-inference");
+    // Dataset inference: learnt on half the distinct rows of each side, tested on the
+    // other half (Welch's p), with the blind baseline of the same two groups.
+    let inference = &inference[0];
+    let di = inference
+        .stats
+        .as_ref()
+        .unwrap_or_else(|| panic!("{inference:?}"));
+    // Iris repeats rows: its distinct originals are fewer than the perturbed copies.
+    assert!(
+        (25..=50).contains(&di.positives) && (40..=50).contains(&di.negatives),
+        "the test halves of the distinct rows of each side: {di:?}"
+    );
+    assert!((0.0..=1.0).contains(&di.p_value) && di.auroc_low <= di.auroc);
+    assert_eq!(inference.blind, cells[0].blind);
     for cell in &cells {
         let s = cell.stats.as_ref().unwrap_or_else(|| panic!("{cell:?}"));
-        assert_eq!((s.positives, s.negatives), (100, 100));
+        // Each distinct text once: iris repeats rows, and its 100 seeded draws hold 67
+        // distinct originals; the 100 perturbed copies are all different.
+        assert_eq!((s.positives, s.negatives), (67, 100));
         assert!(
             s.auroc_low <= s.auroc && s.auroc <= s.auroc_high,
             "{cell:?}"
@@ -298,7 +322,7 @@ fn in_process_run_scores_iris_once_per_text() {
     let file = |name: &str| &files.iter().find(|f| f.name == name).unwrap().contents;
     let json: serde_json::Value = serde_json::from_str(file("scores.json")).unwrap();
     let block = json["likelihood"].as_array().unwrap();
-    assert_eq!(block.len(), 4);
+    assert_eq!(block.len(), 5, "four detectors and dataset inference");
     for entry in block {
         let auroc = entry["auroc"].as_f64().unwrap();
         let interval = entry["auroc_interval"].as_array().unwrap();
@@ -322,10 +346,12 @@ fn in_process_run_scores_iris_once_per_text() {
             blind.auroc, blind.auroc_low, blind.auroc_high
         ))
         .count(),
-        4
+        5
     );
+    assert!(html.contains("Dataset inference (detectors combined, Welch p)"));
     let flagged = cells
         .iter()
+        .chain([inference])
         .filter(|c| blind.not_exceeded_by(c.stats.as_ref().unwrap().auroc))
         .count();
     assert_eq!(html.matches(" †</td>").count(), flagged);
@@ -373,13 +399,7 @@ fn in_process_run_scores_iris_once_per_text() {
         .into_iter()
         .map(|c| (c.stats, c.blind))
         .collect();
-    assert_eq!(
-        same,
-        cells
-            .into_iter()
-            .map(|c| (c.stats, c.blind))
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(same, before);
 }
 
 #[test]
@@ -412,7 +432,14 @@ fn run_against_llama_server_scores_and_skips_min_k_plus_plus() {
     let store = Store::open_read_only(&cache).unwrap();
     print_cells(&store);
     let cells = store.likelihood_cells().unwrap();
-    assert_eq!(cells.len(), 2);
+    assert_eq!(cells.len(), 3, "two detectors and dataset inference");
+    // Dataset inference combines the detectors that scored every row: perplexity alone.
+    let inference = cells
+        .iter()
+        .find(|c| c.test == "dataset-inference")
+        .unwrap();
+    assert!(inference.stats.is_some(), "{inference:?}");
+    assert_eq!(inference.method, "llama.cpp forced-token");
     let perplexity = cells
         .iter()
         .find(|c| c.test == "likelihood-perplexity")

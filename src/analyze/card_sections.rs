@@ -9,13 +9,13 @@ use serde::{Deserialize, Serialize};
 
 use super::calibration::Rate;
 use crate::exposure::Exposure;
-use crate::likelihood::Detector;
+use crate::likelihood::{Detector, dataset_inference};
 use crate::probe::TestId;
 use crate::significance::ALPHA;
 use crate::store::{CellRow, LikelihoodCellRow, OWN_SOURCE};
 
-/// One likelihood detector on the rows trained on against the held-out rows of the same
-/// tables, over the checkpoints of one dose.
+/// One likelihood detector (or dataset inference, their combination) on the rows trained
+/// on against the held-out rows of the same tables, over the checkpoints of one dose.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CardGroundTruth {
     /// The detector's test id (`likelihood-min-k`).
@@ -63,15 +63,16 @@ pub fn ground_truth(
     let mut groups: BTreeMap<(String, u64), Vec<&crate::likelihood::DetectorStats>> =
         BTreeMap::new();
     for c in likelihood.iter().filter(|c| c.serialization == primary) {
-        let (Some(detector), Some(stats), Some(e)) = (
-            Detector::parse_ground_truth(&c.test),
-            c.stats.as_ref(),
-            exposure.get(c.model.as_str()),
-        ) else {
+        let detector = match Detector::parse_ground_truth(&c.test) {
+            Some(detector) => detector.test_id(),
+            None if c.test == dataset_inference::ground_truth_id() => dataset_inference::TEST_ID,
+            None => continue,
+        };
+        let (Some(stats), Some(e)) = (c.stats.as_ref(), exposure.get(c.model.as_str())) else {
             continue;
         };
         groups
-            .entry((detector.test_id().to_string(), e.dose.to_bits()))
+            .entry((detector.to_string(), e.dose.to_bits()))
             .or_default()
             .push(stats);
     }

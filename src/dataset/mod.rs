@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod csv;
 pub mod descriptor;
+pub mod entropy;
 pub mod fetch;
 pub mod import;
 pub mod serialize;

@@ -11,7 +11,6 @@ use super::descriptor::Descriptor;
 use super::{ColumnKind, Dataset};
 
 /// One line of `datasets list`.
-/// One line of `datasets list`.
 #[derive(Debug, Serialize)]
 pub struct DatasetStatus {
     /// The dataset id (`adult`).

@@ -15,6 +15,24 @@ use serde::{Deserialize, Serialize};
 /// Fewest rows per set: each half needs at least two rows for a variance.
 pub const MIN_ROWS_PER_SET: usize = 6;
 
+/// The test id of a run's dataset-inference cells (a likelihood cell: its `p_value` is
+/// the Welch p-value below, its AUROC that of the combined scores on the test halves);
+/// with [`super::GROUND_TRUTH_SUFFIX`], the cell of a checkpoint's trained vs held-out
+/// rows.
+pub const TEST_ID: &str = "dataset-inference";
+
+/// Whether a likelihood cell's test id is dataset inference (either split).
+pub fn is_test_id(test: &str) -> bool {
+    test.strip_suffix(super::GROUND_TRUTH_SUFFIX)
+        .unwrap_or(test)
+        == TEST_ID
+}
+
+/// The test id of dataset inference on a checkpoint's trained vs held-out rows.
+pub fn ground_truth_id() -> String {
+    format!("{TEST_ID}{}", super::GROUND_TRUTH_SUFFIX)
+}
+
 /// Ridge penalty per training row on the standardized features: enough to keep the normal
 /// equations solvable when two detectors are nearly collinear (perplexity and Min-K% often
 /// are), too small to move well-determined weights.

@@ -226,7 +226,7 @@ fn render_sections(card: &Card, out: &mut String) {
     }
     if !card.ground_truth.is_empty() {
         out.push_str(
-            "Likelihood detectors with the held-out rows as negatives: AUROC of the rows seen against them (mean over cells, min–max), true-positive rate at 5 % false positives, and cells whose permutation p-value of AUROC > 0.5 is below 0.05.\n\n",
+            "Likelihood detectors with the held-out rows as negatives: AUROC of the rows seen against them (mean over cells, min–max), true-positive rate at 5 % false positives, and cells whose permutation p-value of AUROC > 0.5 is below 0.05 (dataset inference: the detectors combined, AUROC of the combined scores on the test halves, detected when its Welch p is below 0.05; it needs 6 rows a side).\n\n",
         );
         let rows: Vec<Vec<Cell>> = card
             .ground_truth

@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::tex::escape;
-use crate::likelihood::Detector;
+use crate::likelihood::{Detector, dataset_inference};
 use crate::store::LikelihoodCellRow;
 
 /// One row of the likelihood table.
@@ -163,13 +163,19 @@ fn detector_of(test: &str) -> Option<Detector> {
 
 /// Whether the cell compares rows trained on with held-out rows (ground truth).
 fn is_ground_truth(test: &str) -> bool {
-    Detector::parse_ground_truth(test).is_some()
+    test.ends_with(crate::likelihood::GROUND_TRUTH_SUFFIX)
 }
 
 fn label_of(test: &str) -> String {
     match (Detector::parse(test), Detector::parse_ground_truth(test)) {
         (Some(d), _) => d.label().to_string(),
         (None, Some(d)) => format!("{} (trained vs held-out rows)", d.label()),
+        (None, None) if test == dataset_inference::TEST_ID => {
+            "Dataset inference (detectors combined, Welch p)".to_string()
+        }
+        (None, None) if dataset_inference::is_test_id(test) => {
+            "Dataset inference (trained vs held-out rows)".to_string()
+        }
         (None, None) => test.to_string(),
     }
 }

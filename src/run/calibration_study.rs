@@ -11,10 +11,9 @@ use super::spec::Spec;
 use super::workflow::{RunObserver, RunReport, RunSettings, run_keeping_store};
 use crate::analyze::DEFAULT_SERIALIZATION;
 use crate::analyze::calibration::Calibration;
-use crate::analyze::card::{
-    Card, CardDataset, CardSpec, CardTreatment, StudyRows, card_from_rows, entropy_per_row,
-};
+use crate::analyze::card::{Card, CardDataset, CardSpec, CardTreatment, StudyRows, card_from_rows};
 use crate::dataset::catalog::Catalog;
+use crate::dataset::entropy::entropy_per_row;
 use crate::train;
 
 /// One treatment's checkpoint series.

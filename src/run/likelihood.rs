@@ -16,7 +16,8 @@ use crate::dataset::Dataset;
 use crate::dataset::catalog::Catalog;
 use crate::infer::{LocalModel, LocalOptions};
 use crate::likelihood::{
-    Detector, DetectorStats, bootstrap_stats, roc::BOOTSTRAP_RESAMPLES, row_order,
+    Detector, DetectorStats, bootstrap_stats, dataset_inference, roc::BOOTSTRAP_RESAMPLES,
+    row_order,
 };
 use crate::llm::client::Client;
 use crate::probe::{ProbeContext, PromptPack, TestId, likelihood_rows, row_texts};
@@ -338,6 +339,49 @@ pub fn run_likelihood(
                         cells.push(row);
                     }
                 }
+                // Dataset inference (Maini et al.) combines the detectors: one cell for
+                // originals vs perturbed copies and, on a checkpoint, one for its trained vs
+                // held-out rows. A combination needs at least two detectors.
+                if detectors.len() >= 2 {
+                    let members = rows.iter().map(|row| row.original);
+                    let seed = bootstrap_seed(
+                        spec.seed,
+                        &model.id,
+                        &dataset.id,
+                        dataset_inference::TEST_ID,
+                        &serialization.id,
+                    );
+                    let (stats, skipped) =
+                        match judge_dataset_inference(&detectors, &texts, members, &scores, seed) {
+                            Ok(stats) => (Some(stats), None),
+                            Err(reason) => (None, Some(reason)),
+                        };
+                    let mut row = cell(detectors[0], &method, stats, skipped);
+                    row.test = dataset_inference::TEST_ID.to_string();
+                    row.blind = original_vs_perturbed;
+                    cells.push(row);
+                    if let (Some((texts, labels)), Some(scores)) = (&truth, &truth_scores) {
+                        let id = dataset_inference::ground_truth_id();
+                        let seed = bootstrap_seed(
+                            spec.seed,
+                            &model.id,
+                            &dataset.id,
+                            &id,
+                            &serialization.id,
+                        );
+                        let trained = labels.iter().copied();
+                        let (stats, skipped) =
+                            match judge_dataset_inference(&detectors, texts, trained, scores, seed)
+                            {
+                                Ok(stats) => (Some(stats), None),
+                                Err(reason) => (None, Some(reason)),
+                            };
+                        let mut row = cell(detectors[0], &method, stats, skipped);
+                        row.test = id;
+                        row.blind = truth_blind;
+                        cells.push(row);
+                    }
+                }
             }
         }
     }
@@ -501,6 +545,70 @@ fn score_texts(
 /// One detector over labelled texts: the texts marked `true` (members, rows trained on)
 /// against the others, each scored from its log-probabilities; a text the detector cannot
 /// score is left out. `None` when a side is empty.
+/// The first occurrence of each distinct (label, text), as (index, label): the membership
+/// test draws rows with replacement, and a text counted five times is one observation, not
+/// five (counted as five, the permutation p-value and the bootstrap treat it as independent
+/// evidence and come out too small on a small table).
+fn distinct(texts: &[String], labels: impl Iterator<Item = bool>) -> Vec<(usize, bool)> {
+    let mut seen = std::collections::HashSet::new();
+    texts
+        .iter()
+        .zip(labels)
+        .enumerate()
+        .filter(|(_, (text, label))| seen.insert((*label, text.as_str())))
+        .map(|(i, (_, label))| (i, label))
+        .collect()
+}
+
+/// Dataset inference over the detectors that score every text (distinct texts only: a
+/// row drawn twice must not sit in both the learning and the testing half): its Welch
+/// p-value, beside the AUROC, TPR and ROC of its combined scores on the test halves. The
+/// reason when it cannot be computed.
+fn judge_dataset_inference(
+    detectors: &[Detector],
+    texts: &[String],
+    labels: impl Iterator<Item = bool>,
+    scored: &Scored,
+    seed: u64,
+) -> Result<DetectorStats, String> {
+    let rows: Vec<(bool, Vec<Option<f64>>)> = distinct(texts, labels)
+        .into_iter()
+        .map(|(i, label)| {
+            let features = detectors
+                .iter()
+                .map(|d| d.score(&texts[i], scored.scores(i)))
+                .collect();
+            (label, features)
+        })
+        .collect();
+    let usable: Vec<usize> = (0..detectors.len())
+        .filter(|&d| rows.iter().all(|(_, f)| f[d].is_some()))
+        .collect();
+    if usable.is_empty() {
+        return Err("no detector scored every row".into());
+    }
+    let side = |wanted: bool| -> Vec<Vec<f64>> {
+        rows.iter()
+            .filter(|(label, _)| *label == wanted)
+            .map(|(_, f)| usable.iter().map(|&d| f[d].expect("usable")).collect())
+            .collect()
+    };
+    let (suspect, held_out) = (side(true), side(false));
+    let Some(inference) = dataset_inference::dataset_inference(&suspect, &held_out, seed) else {
+        return Err(format!(
+            "{} and {} distinct rows: dataset inference needs {} a side and scores that vary",
+            suspect.len(),
+            held_out.len(),
+            dataset_inference::MIN_ROWS_PER_SET
+        ));
+    };
+    let (positives, negatives) = &inference.test_scores;
+    let mut stats = bootstrap_stats(positives, negatives, BOOTSTRAP_RESAMPLES, seed)
+        .ok_or("the test halves have no AUROC")?;
+    stats.p_value = inference.p_value;
+    Ok(stats)
+}
+
 fn judge(
     detector: Detector,
     texts: &[String],
@@ -509,8 +617,8 @@ fn judge(
     seed: u64,
 ) -> Option<DetectorStats> {
     let (mut positives, mut negatives) = (Vec::new(), Vec::new());
-    for (i, (text, label)) in texts.iter().zip(labels).enumerate() {
-        let Some(score) = detector.score(text, scored.scores(i)) else {
+    for (i, label) in distinct(texts, labels) {
+        let Some(score) = detector.score(&texts[i], scored.scores(i)) else {
             continue;
         };
         if label {
