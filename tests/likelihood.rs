@@ -337,6 +337,38 @@ fn in_process_run_scores_iris_once_per_text() {
             Some(auroc <= blind.auroc_high.max(0.5))
         );
     }
+    // The static site's model page: the same cells with their blind baseline.
+    let site = tabcontam::report::site::render(
+        &analysis,
+        &tabcontam::report::site::Options {
+            cache: "cache.sqlite".into(),
+        },
+    )
+    .unwrap();
+    let page = &site
+        .iter()
+        .find(|f| f.name == "likelihood.html")
+        .expect("the site's likelihood page");
+    assert!(
+        page.contents
+            .contains("Dataset inference (detectors combined, Welch p)")
+    );
+    let index = &site
+        .iter()
+        .find(|f| f.name == "index.html")
+        .unwrap()
+        .contents;
+    assert!(index.contains(r#"<a href="likelihood.html">Likelihood</a>"#));
+    assert_eq!(
+        page.contents
+            .matches(&format!(
+                "<td>{:.3} [{:.3}, {:.3}]</td>",
+                blind.auroc, blind.auroc_low, blind.auroc_high
+            ))
+            .count(),
+        5,
+        "the blind baseline beside each detector and dataset inference"
+    );
     let html = file("report.html");
     assert!(html.contains("id=\"likelihood\""));
     assert!(html.contains("<th>Blind AUROC [95 % CI]</th>"));

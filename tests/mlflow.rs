@@ -90,6 +90,29 @@ fn build_cache(env: &Env) {
             }],
         )
         .unwrap();
+    // Its blind baseline: the model-free classifier on the same originals and copies.
+    store
+        .put_blind_baselines(
+            run,
+            &[tabcontam::store::BlindBaselineRow {
+                dataset: "iris".into(),
+                serialization: "the-is".into(),
+                seed: 0,
+                group_pair: tabcontam::likelihood::blind::group_pair_of_cell(
+                    "mock-a",
+                    "likelihood-min-k",
+                ),
+                stats: tabcontam::likelihood::BlindAuroc {
+                    positives: 50,
+                    negatives: 50,
+                    auroc: 0.5625,
+                    auroc_low: 0.45,
+                    auroc_high: 0.67,
+                },
+                run_id: None,
+            }],
+        )
+        .unwrap();
     store
         .finish_run(run, RunStatus::Finished, &RunCounts::default())
         .unwrap();
@@ -274,6 +297,11 @@ fn export_makes_one_run_per_model_and_a_second_export_adds_none() {
         );
     }
     assert_eq!(metrics["auroc/iris/likelihood-min-k/the-is"], json!(0.8125));
+    assert_eq!(
+        metrics["blind_auroc/iris/likelihood-min-k/the-is"],
+        json!(0.5625),
+        "the blind baseline beside the AUROC"
+    );
     assert_eq!(
         metrics["contamination_cells"],
         json!(18.0),

@@ -174,7 +174,7 @@ fn tags(series: &SeriesScores, analysis: &Analysis) -> Vec<KeyValue> {
     tags.push(kv(
         "mlflow.note.content",
         format!(
-            "tabcontam: contamination of **{}** with tabular data ({origin}). Scores use template `{}` and the scoring profile {}. Metrics `pass/DATASET/TEST` are the verdicts of tests 1–9, `p_value/…` the p-values against chance (`p_holm/…` Holm-adjusted, `q_value/…` Benjamini–Hochberg), `accuracy/…` tests 10–12, `auroc/…` the likelihood detectors; the whole report is under `{REPORT_ARTIFACT_DIR}/`.",
+            "tabcontam: contamination of **{}** with tabular data ({origin}). Scores use template `{}` and the scoring profile {}. Metrics `pass/DATASET/TEST` are the verdicts of tests 1–9, `p_value/…` the p-values against chance (`p_holm/…` Holm-adjusted, `q_value/…` Benjamini–Hochberg), `accuracy/…` tests 10–12, `auroc/…` the likelihood detectors (and dataset inference), `blind_auroc/…` the model-free classifier on the same texts; the whole report is under `{REPORT_ARTIFACT_DIR}/`.",
             series.label,
             series.serialization.as_deref().unwrap_or("none"),
             analysis.scoring_rule,
@@ -248,11 +248,17 @@ fn metrics(series: &SeriesScores, analysis: &Analysis) -> Vec<(String, f64)> {
             .filter(|c| c.model == series.key.model)
         {
             let Some(stats) = &cell.stats else { continue };
+            // The blind baseline beside the AUROC: a detector is only worth its AUROC where
+            // it beats the model-free classifier on the same two groups of texts.
+            let blind = cell.blind.map(|b| ("blind_auroc", b.auroc));
             for (name, value) in [
                 ("auroc", stats.auroc),
                 ("auroc_p_value", stats.p_value),
                 ("tpr_at_5_fpr", stats.tpr_at_5_fpr),
-            ] {
+            ]
+            .into_iter()
+            .chain(blind)
+            {
                 let key = metric_key(&[name, &cell.dataset, &cell.test, &cell.serialization]);
                 cells.push((key, cell.seed, value));
             }

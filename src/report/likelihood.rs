@@ -185,40 +185,7 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
     if cells.is_empty() {
         return None;
     }
-    let rows = cells
-        .iter()
-        .map(|c| {
-            let (auroc, tpr, p) = match &c.stats {
-                Some(s) => (
-                    format!("{:.3} [{:.3}, {:.3}]", s.auroc, s.auroc_low, s.auroc_high),
-                    format!(
-                        "{:.3} [{:.3}, {:.3}]",
-                        s.tpr_at_5_fpr, s.tpr_low, s.tpr_high
-                    ),
-                    format!("{:.4}", s.p_value),
-                ),
-                None => ("–".into(), "–".into(), "–".into()),
-            };
-            LikelihoodRow {
-                model: c.model.clone(),
-                dataset: c.dataset.clone(),
-                serialization: c.serialization.clone(),
-                detector: label_of(&c.test),
-                auroc,
-                tpr,
-                p_value: p,
-                method: c.method.clone(),
-                note: c.skipped.clone().unwrap_or_default(),
-                blind: c.blind.map_or("–".into(), |b| {
-                    format_blind(b.auroc, b.auroc_low, b.auroc_high)
-                }),
-                no_better_than_blind: c
-                    .blind
-                    .zip(c.stats.as_ref())
-                    .is_some_and(|(b, s)| b.not_exceeded_by(s.auroc)),
-            }
-        })
-        .collect();
+    let rows = rows(cells);
     // ROC figures: one per (model, dataset, serialization), detectors in their order.
     // Ground-truth cells (rows trained on vs held out) get figures of their own.
     let mut groups: BTreeMap<(&str, &str, &str, bool), Vec<&LikelihoodCellRow>> = BTreeMap::new();
@@ -301,6 +268,44 @@ pub fn view(cells: &[LikelihoodCellRow]) -> Option<LikelihoodView> {
         roc_figures,
         heatmaps,
     })
+}
+
+/// One table row per likelihood cell (the report's table and the site's model pages).
+pub fn rows(cells: &[LikelihoodCellRow]) -> Vec<LikelihoodRow> {
+    cells
+        .iter()
+        .map(|c| {
+            let (auroc, tpr, p) = match &c.stats {
+                Some(s) => (
+                    format!("{:.3} [{:.3}, {:.3}]", s.auroc, s.auroc_low, s.auroc_high),
+                    format!(
+                        "{:.3} [{:.3}, {:.3}]",
+                        s.tpr_at_5_fpr, s.tpr_low, s.tpr_high
+                    ),
+                    format!("{:.4}", s.p_value),
+                ),
+                None => ("–".into(), "–".into(), "–".into()),
+            };
+            LikelihoodRow {
+                model: c.model.clone(),
+                dataset: c.dataset.clone(),
+                serialization: c.serialization.clone(),
+                detector: label_of(&c.test),
+                auroc,
+                tpr,
+                p_value: p,
+                method: c.method.clone(),
+                note: c.skipped.clone().unwrap_or_default(),
+                blind: c.blind.map_or("–".into(), |b| {
+                    format_blind(b.auroc, b.auroc_low, b.auroc_high)
+                }),
+                no_better_than_blind: c
+                    .blind
+                    .zip(c.stats.as_ref())
+                    .is_some_and(|(b, s)| b.not_exceeded_by(s.auroc)),
+            }
+        })
+        .collect()
 }
 
 fn roc_svg(title: &str, curves: &[(String, &[(f64, f64)])]) -> String {

@@ -311,7 +311,7 @@ pub(super) fn pages(
                 )
             })
             .collect();
-    let calibration = analysis.calibration.is_some();
+    let nav = super::Nav::of(analysis);
     let mut same_test: HashMap<(usize, &str, TestId), Vec<usize>> = HashMap::new();
     for (i, c) in cells.iter().enumerate() {
         same_test
@@ -476,7 +476,7 @@ pub(super) fn pages(
             series.label
         );
         let page = CellPage {
-            chrome: Chrome::new("../", heading.clone(), calibration),
+            chrome: Chrome::new("../", heading.clone(), nav),
             heading,
             model: Link {
                 text: series.label.clone(),

@@ -82,22 +82,38 @@ pub fn render(analysis: &Analysis, options: &Options) -> anyhow::Result<Vec<File
     Ok(files)
 }
 
-/// What every page's frame needs: the way back to the site's root and the title.
+/// What every page's frame needs: the way back to the site's root, the title, and which
+/// site-wide pages the navigation links.
 pub struct Chrome {
     /// `""` for pages at the root, `"../"` for pages one folder down.
     pub root: &'static str,
     pub title: String,
-    /// Whether the site has a calibration page (linked from every page).
-    pub calibration: bool,
+    pub nav: Nav,
     pub version: &'static str,
 }
 
+/// The site-wide pages beside the leaderboard, each linked from every page when present.
+#[derive(Debug, Clone, Copy)]
+pub struct Nav {
+    pub calibration: bool,
+    pub likelihood: bool,
+}
+
+impl Nav {
+    pub fn of(analysis: &crate::analyze::Analysis) -> Nav {
+        Nav {
+            calibration: analysis.calibration.is_some(),
+            likelihood: !analysis.likelihood.is_empty(),
+        }
+    }
+}
+
 impl Chrome {
-    pub fn new(root: &'static str, title: String, calibration: bool) -> Chrome {
+    pub fn new(root: &'static str, title: String, nav: Nav) -> Chrome {
         Chrome {
             root,
             title,
-            calibration,
+            nav,
             version: env!("CARGO_PKG_VERSION"),
         }
     }

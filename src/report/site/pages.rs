@@ -9,10 +9,11 @@ use anyhow::Context;
 use askama::Template;
 
 use super::cells::SiteCell;
-use super::{Chrome, Link, Names};
+use super::{Chrome, Link, Names, Nav};
 use crate::analyze::{Analysis, MeanAccuracy, SeriesScores};
 use crate::report::File;
 use crate::report::evidence_page::{CalibrationView, calibration_view};
+use crate::report::likelihood::{LikelihoodRow, rows as likelihood_rows};
 use crate::report::page::format::{NONE, fixed2, interval, kind_name, p_value, percent};
 use crate::report::page::{Table2Row, TimelineView, heatmaps, table2, timelines};
 use crate::store::OWN_SOURCE;
@@ -88,6 +89,9 @@ struct ModelPage<'a> {
     heads: Vec<TestHead>,
     rows: Vec<GridRow>,
     others: Vec<Link>,
+    /// The model's likelihood cells (detectors and dataset inference) with their blind
+    /// baselines.
+    likelihood: Vec<LikelihoodRow>,
 }
 
 #[derive(Template)]
@@ -106,6 +110,13 @@ struct FamilyPage<'a> {
     chrome: Chrome,
     t: &'a TimelineView,
     members: Vec<Link>,
+}
+
+#[derive(Template)]
+#[template(path = "site/likelihood.html")]
+struct LikelihoodPage {
+    chrome: Chrome,
+    rows: Vec<LikelihoodRow>,
 }
 
 #[derive(Template)]
@@ -132,7 +143,7 @@ pub(super) fn pages(
     cells: &[SiteCell],
 ) -> anyhow::Result<Vec<File>> {
     let calibration = calibration_view(analysis);
-    let has_calibration = calibration.is_some();
+    let nav = Nav::of(analysis);
     let timelines = timelines(analysis);
     let family_path = |t: &TimelineView| format!("families/{}.html", t.file_stem);
     let table2 = table2(&analysis.series);
@@ -180,7 +191,7 @@ pub(super) fn pages(
 
     // Index.
     let index = IndexPage {
-        chrome: Chrome::new("", "Leaderboard".into(), has_calibration),
+        chrome: Chrome::new("", "Leaderboard".into(), nav),
         summary: format!(
             "{} models · {} datasets · {} cells · scores from the {} template (tests 1, 2, 3 and 6 have no rows: one cell shared by every template)",
             analysis.series.len(),
@@ -301,7 +312,7 @@ pub(super) fn pages(
             })
         });
         let page = ModelPage {
-            chrome: Chrome::new("../", s.label.clone(), has_calibration),
+            chrome: Chrome::new("../", s.label.clone(), nav),
             label: &s.label,
             facts: model_facts(analysis, s),
             family,
@@ -321,6 +332,15 @@ pub(super) fn pages(
             heads,
             rows,
             others,
+            likelihood: {
+                let own: Vec<_> = analysis
+                    .likelihood
+                    .iter()
+                    .filter(|c| c.model == s.key.model)
+                    .cloned()
+                    .collect();
+                likelihood_rows(&own)
+            },
         };
         files.push(render(names.series[i].clone(), &page, "model.html")?);
     }
@@ -379,7 +399,7 @@ pub(super) fn pages(
             ));
         }
         let page = DatasetPage {
-            chrome: Chrome::new("../", d.name.clone(), has_calibration),
+            chrome: Chrome::new("../", d.name.clone(), nav),
             name: &d.name,
             facts,
             heads,
@@ -405,16 +425,23 @@ pub(super) fn pages(
             })
             .collect();
         let page = FamilyPage {
-            chrome: Chrome::new("../", format!("{} timeline", t.family), has_calibration),
+            chrome: Chrome::new("../", format!("{} timeline", t.family), nav),
             t,
             members,
         };
         files.push(render(family_path(t), &page, "family.html")?);
     }
 
+    if nav.likelihood {
+        let page = LikelihoodPage {
+            chrome: Chrome::new("", "Likelihood detectors".into(), nav),
+            rows: likelihood_rows(&analysis.likelihood),
+        };
+        files.push(render("likelihood.html".into(), &page, "likelihood.html")?);
+    }
     if let Some(c) = calibration {
         let page = CalibrationPage {
-            chrome: Chrome::new("", "Calibration".into(), true),
+            chrome: Chrome::new("", "Calibration".into(), nav),
             c,
             scoring_rule: &analysis.scoring_rule,
         };
