@@ -343,25 +343,11 @@ pub fn run_likelihood(
                 // originals vs perturbed copies and, on a checkpoint, one for its trained vs
                 // held-out rows. A combination needs at least two detectors.
                 if detectors.len() >= 2 {
-                    let members = rows.iter().map(|row| row.original);
-                    let seed = bootstrap_seed(
-                        spec.seed,
-                        &model.id,
-                        &dataset.id,
-                        dataset_inference::TEST_ID,
-                        &serialization.id,
-                    );
-                    let (stats, skipped) =
-                        match judge_dataset_inference(&detectors, &texts, members, &scores, seed) {
-                            Ok(stats) => (Some(stats), None),
-                            Err(reason) => (None, Some(reason)),
-                        };
-                    let mut row = cell(detectors[0], &method, stats, skipped);
-                    row.test = dataset_inference::TEST_ID.to_string();
-                    row.blind = original_vs_perturbed;
-                    cells.push(row);
-                    if let (Some((texts, labels)), Some(scores)) = (&truth, &truth_scores) {
-                        let id = dataset_inference::ground_truth_id();
+                    let mut inference_cell = |id: String,
+                                              texts: &[String],
+                                              labels: Vec<bool>,
+                                              scores: &Scored,
+                                              blind| {
                         let seed = bootstrap_seed(
                             spec.seed,
                             &model.id,
@@ -369,17 +355,29 @@ pub fn run_likelihood(
                             &id,
                             &serialization.id,
                         );
-                        let trained = labels.iter().copied();
-                        let (stats, skipped) =
-                            match judge_dataset_inference(&detectors, texts, trained, scores, seed)
-                            {
-                                Ok(stats) => (Some(stats), None),
-                                Err(reason) => (None, Some(reason)),
-                            };
-                        let mut row = cell(detectors[0], &method, stats, skipped);
-                        row.test = id;
-                        row.blind = truth_blind;
-                        cells.push(row);
+                        let judged = judge_dataset_inference(
+                            &detectors,
+                            texts,
+                            labels.into_iter(),
+                            scores,
+                            seed,
+                        );
+                        let (stats, skipped) = match judged {
+                            Ok(stats) => (Some(stats), None),
+                            Err(reason) => (None, Some(reason)),
+                        };
+                        cells.push(LikelihoodCellRow {
+                            test: id,
+                            blind,
+                            ..cell(detectors[0], &method, stats, skipped)
+                        });
+                    };
+                    let members = rows.iter().map(|row| row.original).collect();
+                    let id = dataset_inference::TEST_ID.to_string();
+                    inference_cell(id, &texts, members, &scores, original_vs_perturbed);
+                    if let (Some((texts, labels)), Some(scores)) = (&truth, &truth_scores) {
+                        let id = dataset_inference::ground_truth_id();
+                        inference_cell(id, texts, labels.clone(), scores, truth_blind);
                     }
                 }
             }
