@@ -491,3 +491,77 @@ fn a_killed_contaminate_resumes_and_writes_the_uninterrupted_checkpoint() {
     );
     assert_eq!(steps(&killed), steps(&longer));
 }
+
+/// `--lr-schedule cosine` decays the learning rate over the series: the weights differ from
+/// a constant rate's, the manifest says so, and the epochs become inputs (another digest).
+/// An unknown schedule is a one-line error naming the flag, and nothing is written.
+#[test]
+fn a_cosine_schedule_trains_other_weights_and_is_an_input() {
+    let env = cli_env::Env::new();
+    let model = env.path("tiny");
+    tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
+    let contaminate = |out: &str, schedule: &str| {
+        let mut command = env.command(&[
+            "contaminate",
+            "--dataset",
+            "iris",
+            "--epochs",
+            "2",
+            "--seq-len",
+            "48",
+            "--lr",
+            "1e-3",
+            "--lr-schedule",
+            schedule,
+            "--json",
+        ]);
+        command
+            .arg("--model")
+            .arg(&model)
+            .arg("--out")
+            .arg(env.path(out));
+        command.output().unwrap()
+    };
+    let manifest = |out: &std::path::Path| -> serde_json::Value {
+        let text =
+            std::fs::read_to_string(out.join("epoch-002").join(tabcontam::train::MANIFEST_FILE))
+                .unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let weights = |out: &std::path::Path| {
+        std::fs::read(out.join("epoch-002").join("model.safetensors")).unwrap()
+    };
+    for (out, schedule) in [("constant", "constant"), ("cosine", "cosine")] {
+        let done = contaminate(out, schedule);
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
+    let (constant, cosine) = (env.path("constant"), env.path("cosine"));
+    assert_ne!(
+        weights(&constant),
+        weights(&cosine),
+        "the schedule changed nothing"
+    );
+    assert_eq!(
+        manifest(&cosine)["lr_schedule"],
+        "cosine from lr to 0.1 × lr over 2 epoch(s)"
+    );
+    assert!(manifest(&constant).get("lr_schedule").is_none());
+    assert_ne!(
+        manifest(&constant)["inputs_digest"],
+        manifest(&cosine)["inputs_digest"]
+    );
+
+    let refused = contaminate("linear", "linear");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--lr-schedule") && stderr.contains("`constant` or `cosine`"),
+        "{stderr}"
+    );
+    assert!(!env.path("linear").exists(), "nothing written");
+}

@@ -246,6 +246,11 @@ pub struct ContaminateArgs {
     /// default): keeps a constant learning rate from loss spikes.
     #[arg(long, value_name = "NORM")]
     pub max_grad_norm: Option<f64>,
+    /// `constant`, or `cosine`: the learning rate decays from --lr to a tenth of it at the
+    /// last step, so the last epochs settle instead of climbing out of their minimum (the
+    /// epochs then are inputs: a longer series is another series)
+    #[arg(long, default_value = "constant", value_name = "SCHEDULE")]
+    pub lr_schedule: String,
     /// Train LoRA adapters of this rank with every base weight frozen (a fraction of the
     /// memory; the checkpoint holds the adapters and the weights merged, so it runs as
     /// any local model).

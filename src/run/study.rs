@@ -71,6 +71,9 @@ pub struct CalibrationSpec {
     /// Clip the gradients' global norm to this (as `contaminate --max-grad-norm`).
     #[serde(default)]
     pub max_grad_norm: Option<f64>,
+    /// The learning-rate schedule (as `contaminate --lr-schedule`; default `constant`).
+    #[serde(default)]
+    pub lr_schedule: Option<String>,
 }
 
 fn default_text() -> String {
@@ -278,6 +281,10 @@ impl CalibrationSpec {
             }
             settings.max_grad_norm = Some(max);
         }
+        if let Some(schedule) = &self.lr_schedule {
+            settings.lr_schedule = crate::train::schedule::LrSchedule::parse(schedule)
+                .map_err(|e| format!("calibration.lr_schedule: {e}"))?;
+        }
         if let Some(rank) = self.lora {
             let lora = crate::train::lora::LoraSettings::from_options(
                 rank,
@@ -324,6 +331,12 @@ impl CalibrationSpec {
         let method = match self.max_grad_norm {
             Some(max) => format!("{method}, gradients clipped to norm {max}"),
             None => method,
+        };
+        let method = match self.lr_schedule.as_deref() {
+            Some(schedule) if schedule != "constant" => {
+                format!("{method}, learning rate {schedule} to a tenth")
+            }
+            _ => method,
         };
         format!(
             "{method}, text {}, rows {}, windows {}, lr {}, weight decay {}, batch {} × {} accumulated, {} tokens per window, seed {}",
@@ -416,6 +429,25 @@ mod tests {
         assert!(
             check("base = \"m\"\ntreatments = [\"iris\"]\ndoses = [1]\nrows = \"most\"")
                 .contains("calibration.rows")
+        );
+        assert!(
+            check("base = \"m\"\ntreatments = [\"iris\"]\ndoses = [1]\nlr_schedule = \"step\"")
+                .contains("calibration.lr_schedule: unknown learning-rate schedule `step`")
+        );
+        let cosine = table(
+            "base = \"m\"\ntreatments = [\"iris\"]\ndoses = [1, 4]\nlr_schedule = \"cosine\"",
+        );
+        let settings = cosine
+            .settings(Path::new("w"), &cosine.treatments[0], Path::new("/ck"), 0)
+            .unwrap();
+        assert_eq!(
+            settings.lr_schedule,
+            crate::train::schedule::LrSchedule::Cosine
+        );
+        assert!(
+            cosine
+                .training_summary(0)
+                .contains("learning rate cosine to a tenth")
         );
         table("base = \"m\"\ntreatments = [\"iris\"]\ndoses = [1]")
             .check(&[base], &datasets)

@@ -54,6 +54,9 @@ pub struct Manifest {
     /// The gradient clipping norm, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_grad_norm: Option<f64>,
+    /// The learning-rate schedule in words, when not constant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_schedule: Option<String>,
     /// Times each trained row has been a target so far: `epoch` × the layout's exposures per
     /// epoch (1 for `packed`; for `rows` and `mixed`, the epoch's target tokens over the
     /// text's tokens). The calibration's doses are counted in these (absent in manifests of

@@ -18,6 +18,7 @@ pub mod manifest;
 pub mod ops;
 pub mod optimizer;
 pub mod resume;
+pub mod schedule;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -135,6 +136,8 @@ pub struct ContaminationSettings {
     pub lora: Option<lora::LoraSettings>,
     /// Clip the gradients' global L2 norm to this before each update (off: no clipping).
     pub max_grad_norm: Option<f64>,
+    /// How the learning rate moves over the series' steps.
+    pub lr_schedule: schedule::LrSchedule,
 }
 
 impl ContaminationSettings {
@@ -160,6 +163,7 @@ impl ContaminationSettings {
             resume_every: Duration::from_secs(300),
             lora: None,
             max_grad_norm: None,
+            lr_schedule: schedule::LrSchedule::Constant,
         }
     }
 
@@ -441,6 +445,11 @@ pub fn build_checkpoints(
                 });
             }
             let grads = accumulated.expect("a step has at least one micro-batch");
+            optimizer.set_learning_rate(settings.lr_schedule.rate(
+                settings.learning_rate,
+                step,
+                total_steps,
+            ));
             optimizer
                 .step(&grads)
                 .map_err(candle_err("optimizer step"))?;
@@ -514,6 +523,7 @@ pub fn build_checkpoints(
             seed: settings.seed,
             lora: settings.lora.as_ref().map(lora::LoraSettings::record),
             max_grad_norm: settings.max_grad_norm,
+            lr_schedule: settings.lr_schedule.describe(settings.epochs),
             exposures: Some(epoch as f64 * exposures_per_epoch),
             loss: epoch_loss / epoch_targets.max(1.0),
             tokens_trained,
@@ -586,6 +596,15 @@ pub fn inputs_digest(settings: &ContaminationSettings, base: &str, data: &str) -
     }
     if let Some(max) = settings.max_grad_norm {
         record["max_grad_norm"] = serde_json::json!(max);
+    }
+    // A decaying rate makes every checkpoint depend on the series' length: its epochs are
+    // inputs (a longer series of the same settings is another series, not a continuation).
+    if settings.lr_schedule != schedule::LrSchedule::Constant {
+        record["lr_schedule"] = serde_json::json!({
+            "kind": settings.lr_schedule.label(),
+            "floor": schedule::COSINE_FLOOR,
+            "epochs": settings.epochs,
+        });
     }
     format!(
         "blake3:{}",

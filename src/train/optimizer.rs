@@ -108,6 +108,11 @@ impl AdamW {
         }
     }
 
+    /// The learning rate of the next updates (a schedule sets it before each step).
+    pub fn set_learning_rate(&mut self, lr: f64) {
+        self.settings.lr = lr;
+    }
+
     /// One update of every weight that has a gradient.
     pub fn step(&mut self, grads: &GradStore) -> candle_core::Result<()> {
         self.steps += 1;
