@@ -550,6 +550,9 @@ fn a_cosine_schedule_trains_other_weights_and_is_an_input() {
         "cosine from lr to 0.1 × lr over 2 epoch(s)"
     );
     assert!(manifest(&constant).get("lr_schedule").is_none());
+    // Only a constant-rate series keeps its final state: a decayed one cannot be continued.
+    assert!(constant.join("resume").exists());
+    assert!(!cosine.join("resume").exists());
     assert_ne!(
         manifest(&constant)["inputs_digest"],
         manifest(&cosine)["inputs_digest"]

@@ -558,7 +558,14 @@ pub fn build_checkpoints(
         epoch_targets: last_epoch_loss.1,
         seconds: earlier_seconds + started.elapsed().as_secs_f64(),
     };
-    if resumed.as_ref().map(|p| p.step) != Some(step) {
+    if settings.lr_schedule != schedule::LrSchedule::Constant {
+        // A decayed series cannot be continued (its epochs are inputs): the state would
+        // only take space.
+        let dir = resume::resume_dir(&settings.out);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        }
+    } else if resumed.as_ref().map(|p| p.step) != Some(step) {
         resume::save(&settings.out, &position, &model, &optimizer)?;
         progress(&format!(
             "kept the state after epoch {} in {}: more epochs of these inputs continue from it (delete it to free the space)",
