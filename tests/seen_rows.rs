@@ -143,20 +143,89 @@ datasets = ["iris"]
     ]);
     assert_eq!(&std::fs::read(&parquet).unwrap()[..4], b"PAR1");
 
-    // A model without held-out rows, a dataset never scored, a bad rate: one line each.
-    one_line_error(
-        &env.run(&["rows", spec, "--model", "base", "--dataset", "iris"]),
-        &["`base`", "no rows of `iris`", "manifest"],
+    // A model without held-out rows (issue 26 item 4): each distinct row the membership
+    // test drew, against the distinct perturbed copies scored beside it; BH over the rows
+    // alone; the blind baseline says whether the copies are a fair reference.
+    let public = env.json(&[
+        "rows",
+        spec,
+        "--model",
+        "base",
+        "--dataset",
+        "iris",
+        "--detector",
+        "zlib",
+        "--json",
+    ]);
+    assert!(public["truth"].is_null(), "no truth without a manifest");
+    let rows = public["rows"].as_array().unwrap();
+    let mut indexes: Vec<u64> = rows.iter().map(|r| r["row"].as_u64().unwrap()).collect();
+    indexes.dedup();
+    assert_eq!(indexes.len(), rows.len(), "each row once");
+    assert!((30..100).contains(&rows.len()) && indexes.iter().all(|&i| i < 150));
+    let copies: usize = public["references"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("the ")
+        .and_then(|r| r.split_once(' '))
+        .and_then(|(n, _)| n.parse().ok())
+        .expect("the references' count");
+    for row in rows {
+        assert_eq!(row["reference"], false, "{row}");
+        let (p, q) = (
+            row["p_value"].as_f64().unwrap(),
+            row["q_value"].as_f64().unwrap(),
+        );
+        assert!(
+            p >= 1.0 / (1 + copies) as f64 && p <= 1.0 && q >= p - 1e-15,
+            "{row}"
+        );
+        assert_eq!(row["selected"], q <= 0.1, "{row}");
+    }
+    let blind = &public["reference_blind"];
+    let low = blind["auroc_low"]
+        .as_f64()
+        .expect("the blind baseline of rows vs copies");
+    assert_eq!(public["fair_references"], low <= 0.5);
+    assert!(
+        public["references"]
+            .as_str()
+            .unwrap()
+            .contains("perturbed copies")
     );
+    assert!(public["dataset_inference"]["p_value"].as_f64().is_some());
+    let text = env.ok(&[
+        "rows",
+        spec,
+        "--model",
+        "base",
+        "--dataset",
+        "iris",
+        "--detector",
+        "zlib",
+    ]);
+    assert!(
+        text.contains("rows vs perturbed copies") && !text.contains("against the manifest"),
+        "{text}"
+    );
+
+    // A dataset never scored, a bad rate: one line each. (The checkpoint's weights are
+    // the base's here, so the cache shares the base's scores of synthetic:5:30 with it.)
     let unscored = env.run(&[
         "rows",
         spec,
         "--model",
         "ckpt",
         "--dataset",
-        "synthetic:5:30",
+        "synthetic:6:30",
     ]);
-    one_line_error(&unscored, &["no rows of `synthetic-5-30`"]);
+    one_line_error(
+        &unscored,
+        &[
+            "membership texts of `synthetic-6-30`",
+            "no cached log-probabilities",
+        ],
+    );
     let other_cache = env.path("other.sqlite");
     one_line_error(
         &env.run(&[

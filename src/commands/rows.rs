@@ -50,7 +50,7 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let t = &judged.truth;
+    let selected = judged.rows.iter().filter(|r| r.selected).count();
     writeln!(
         out,
         "{} on {} ({}, {}): {} of {} rows called seen at FDR {}; references: {}.",
@@ -58,38 +58,53 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
         judged.dataset,
         judged.detector,
         judged.serialization,
-        t.selected,
+        selected,
         judged.rows.len(),
         args.fdr,
         judged.references
     )?;
-    writeln!(
-        out,
-        "against the manifest: {} of {} trained rows found (power {:.2}); {} held-out rows selected (false-identification rate {:.3})",
-        t.trained_found, t.trained, t.power, t.false_identifications, t.false_identification_rate
-    )?;
-    if let Some(di) = &judged.dataset_inference {
+    if let Some(t) = &judged.truth {
         writeln!(
             out,
-            "dataset inference (four detectors combined, trained vs held-out rows): t = {:.2}, df = {:.1}, p = {:.3e}",
+            "against the manifest: {} of {} trained rows found (power {:.2}); {} held-out rows selected (false-identification rate {:.3})",
+            t.trained_found,
+            t.trained,
+            t.power,
+            t.false_identifications,
+            t.false_identification_rate
+        )?;
+    }
+    if let Some(di) = &judged.dataset_inference {
+        let split = match judged.truth {
+            Some(_) => "trained vs held-out rows",
+            None => "rows vs perturbed copies",
+        };
+        writeln!(
+            out,
+            "dataset inference (the detectors combined, {split}): t = {:.2}, df = {:.1}, p = {:.3e}",
             di.t, di.df, di.p_value
         )?;
     }
-    if t.selected > 0 {
+    if selected > 0 {
+        let last = match judged.truth {
+            Some(_) => "trained",
+            None => "",
+        };
         writeln!(
             out,
-            "\n{:>6} {:>10} {:>8} {:>8}  trained",
+            "\n{:>6} {:>10} {:>8} {:>8}  {last}",
             "row", "score", "p", "q"
         )?;
         for r in judged.rows.iter().filter(|r| r.selected) {
+            let trained = match judged.truth {
+                Some(_) if r.reference => "no",
+                Some(_) => "yes",
+                None => "",
+            };
             writeln!(
                 out,
-                "{:>6} {:>10.4} {:>8.4} {:>8.4}  {}",
-                r.row,
-                r.score,
-                r.p_value,
-                r.q_value,
-                if r.reference { "no" } else { "yes" }
+                "{:>6} {:>10.4} {:>8.4} {:>8.4}  {trained}",
+                r.row, r.score, r.p_value, r.q_value
             )?;
         }
     }
@@ -106,9 +121,14 @@ fn export(judged: &SeenRows, path: &Path) -> anyhow::Result<()> {
     let partial = path.with_extension("partial.csv");
     let mut csv = String::from("row,score,p_value,q_value,selected,trained\n");
     for r in &judged.rows {
+        // `trained` is known from a checkpoint's manifest only; empty otherwise.
+        let trained = match judged.truth {
+            Some(_) => (!r.reference).to_string(),
+            None => String::new(),
+        };
         csv.push_str(&format!(
-            "{},{},{},{},{},{}\n",
-            r.row, r.score, r.p_value, r.q_value, r.selected, !r.reference
+            "{},{},{},{},{},{trained}\n",
+            r.row, r.score, r.p_value, r.q_value, r.selected
         ));
     }
     std::fs::write(&partial, csv).with_context(|| {

@@ -37,6 +37,26 @@ pub fn judge_rows(
     references: &[(usize, f64)],
     fdr: f64,
 ) -> Vec<RowJudgement> {
+    judge(candidates, references, true, fdr)
+}
+
+/// [`judge_rows`] for candidates only: the references (texts known unseen that are not rows
+/// of the dataset, such as perturbed copies) give the p-values and are not judged, so
+/// Benjamini–Hochberg runs over the candidates alone.
+pub fn judge_candidates(
+    candidates: &[(usize, f64)],
+    references: &[(usize, f64)],
+    fdr: f64,
+) -> Vec<RowJudgement> {
+    judge(candidates, references, false, fdr)
+}
+
+fn judge(
+    candidates: &[(usize, f64)],
+    references: &[(usize, f64)],
+    judge_references: bool,
+    fdr: f64,
+) -> Vec<RowJudgement> {
     let mut sorted: Vec<f64> = references.iter().map(|&(_, s)| s).collect();
     sorted.sort_by(f64::total_cmp);
     // #{references ≥ score}: the sorted tail from the first reference not below it.
@@ -44,7 +64,12 @@ pub fn judge_rows(
     let mut rows: Vec<RowJudgement> = candidates
         .iter()
         .map(|&(row, score)| (row, score, false))
-        .chain(references.iter().map(|&(row, score)| (row, score, true)))
+        .chain(
+            references
+                .iter()
+                .filter(|_| judge_references)
+                .map(|&(row, score)| (row, score, true)),
+        )
         .map(|(row, score, reference)| {
             // A reference counts itself once in `at_least`; leave it out.
             let (others_above, others) = match reference {
@@ -166,5 +191,24 @@ mod tests {
         }
         let family_wise = proportion_sum / draws as f64;
         assert!(family_wise <= 0.1 + 0.05, "{family_wise}");
+    }
+
+    /// Judging candidates only (references that are not rows, such as perturbed copies):
+    /// the same conformal p-values, no reference in the answer, BH over the candidates.
+    #[test]
+    fn candidates_alone_get_the_same_p_values_and_their_own_q_values() {
+        let references: Vec<(usize, f64)> = (0..9).map(|i| (i, i as f64)).collect();
+        let candidates = [(3, 7.5), (7, 0.5), (1, 20.0)];
+        let alone = judge_candidates(&candidates, &references, 0.2);
+        assert_eq!(alone.len(), 3);
+        assert!(alone.iter().all(|r| !r.reference));
+        let p: Vec<f64> = alone.iter().map(|r| r.p_value).collect();
+        // Row 1 beats every reference: 1/10; row 3 is beaten by one: 2/10; row 7 by 8: 9/10.
+        assert_eq!(p, [0.1, 0.2, 0.9]);
+        let q = crate::significance::benjamini_hochberg(&p);
+        let got: Vec<f64> = alone.iter().map(|r| r.q_value).collect();
+        assert_eq!(got, q);
+        let with_references = judge_rows(&candidates, &references, 0.2);
+        assert_eq!(with_references.len(), 12);
     }
 }

@@ -1,6 +1,9 @@
-//! `tabcontam rows`: which rows of a dataset a checkpoint has seen, with a false-discovery
+//! `tabcontam rows`: which rows of a dataset a model has seen, with a false-discovery
 //! guarantee ([`crate::likelihood::seen_rows`]), from the log-probabilities a run of the
-//! likelihood tests cached for every row. Reads the cache only: nothing is scored here.
+//! likelihood tests cached. A checkpoint with held-out rows is judged against them (and
+//! its selection against its manifest); any other model against the membership test's
+//! perturbed copies, texts no corpus holds, with the blind baseline saying whether they
+//! are a fair reference. Reads the cache only: nothing is scored here.
 
 use std::path::Path;
 
@@ -9,10 +12,13 @@ use serde::Serialize;
 use super::local_exec::{declared_exposure, local_revision};
 use super::spec::Spec;
 use crate::dataset::catalog::Catalog;
+use crate::likelihood::BlindAuroc;
 use crate::likelihood::Detector;
 use crate::likelihood::dataset_inference::{DatasetInference, dataset_inference};
-use crate::likelihood::seen_rows::{RowJudgement, SelectionTruth, against_truth, judge_rows};
-use crate::probe::{ProbeContext, PromptPack, row_texts};
+use crate::likelihood::seen_rows::{
+    RowJudgement, SelectionTruth, against_truth, judge_candidates, judge_rows,
+};
+use crate::probe::{ProbeContext, PromptPack, likelihood_rows, row_texts};
 use crate::request::ScoreRequest;
 use crate::store::Store;
 
@@ -40,8 +46,13 @@ pub struct SeenRows {
     pub references: String,
     pub rows: Vec<RowJudgement>,
     /// The selection scored against the checkpoint's manifest: trained rows found, held-out
-    /// rows wrongly selected.
-    pub truth: SelectionTruth,
+    /// rows wrongly selected (`None` for a model without held-out rows: no truth known).
+    pub truth: Option<SelectionTruth>,
+    /// For references that are not rows of the dataset (perturbed copies): the model-free
+    /// classifier's AUROC of the rows against them, and whether they are a fair reference
+    /// (its interval reaches 0.5: without a model the two cannot be told apart).
+    pub reference_blind: Option<BlindAuroc>,
+    pub fair_references: Option<bool>,
     /// Dataset inference over the same split: the four detectors' scores of the trained
     /// rows against the held-out rows combined into one p-value (`None` when a set is too
     /// small or a detector cannot score every row).
@@ -71,16 +82,7 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
     let spec_dir = spec.path.parent().unwrap_or(Path::new("."));
     let dataset = Catalog::open(query.data_dir)?.load(query.dataset)?;
     let exposure = declared_exposure(model, spec_dir)?;
-    let trained = exposure
-        .as_ref()
-        .and_then(|e| e.rows_trained(&dataset.id))
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "model `{}` has no rows of `{}` known as trained on and held out (a checkpoint of `tabcontam contaminate` trained on it, with its tabcontam-manifest.json); `rows` needs rows known unseen as references",
-                model.id,
-                dataset.id
-            )
-        })?;
+    let trained = exposure.as_ref().and_then(|e| e.rows_trained(&dataset.id));
     let serializations = spec.model_serializations(model);
     let serialization = match query.serialization {
         None => serializations.first(),
@@ -106,9 +108,12 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
         pack: &pack,
         variant: spec.variant,
     };
-    let texts = row_texts(&ctx);
     let revision = local_revision(model, spec_dir)?;
     let identity = super::plan::identity(model, revision.as_deref());
+    let Some(trained) = trained else {
+        return against_perturbed_copies(spec, store, query, model, &ctx, &identity);
+    };
+    let texts = row_texts(&ctx);
     let keys: Vec<_> = texts
         .iter()
         .map(|text| {
@@ -192,8 +197,146 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
             "the {} rows held out of training (manifest), each judged against the others",
             references.len()
         ),
-        truth: against_truth(&rows),
+        truth: Some(against_truth(&rows)),
         rows,
+        reference_blind: None,
+        fair_references: None,
+        dataset_inference: inference,
+    })
+}
+
+/// A model without held-out rows of the dataset: each distinct row the membership test
+/// drew is judged against the distinct perturbed copies (values altered, so in no corpus),
+/// which the likelihood phase scored beside them; dataset inference over the same two
+/// groups. The copies are a fair reference only where a model-free classifier cannot tell
+/// them from the rows (the cell's blind baseline), which the answer states.
+fn against_perturbed_copies(
+    spec: &Spec,
+    store: &Store,
+    query: &RowsQuery,
+    model: &super::spec::ModelSpec,
+    ctx: &ProbeContext,
+    identity: &crate::request::ModelIdentity,
+) -> anyhow::Result<SeenRows> {
+    let spec_path = spec.path.display();
+    let drawn = likelihood_rows(ctx)?.map_err(|reason| {
+        anyhow::anyhow!(
+            "`{}` has no membership rows to judge ({reason}), and model `{}` no held-out rows of it",
+            ctx.dataset.id,
+            model.id
+        )
+    })?;
+    // Each distinct text once: the membership test draws rows with replacement.
+    let mut seen_texts = std::collections::HashSet::new();
+    let drawn: Vec<_> = drawn
+        .into_iter()
+        .filter(|r| seen_texts.insert((r.original, r.text.clone())))
+        .collect();
+    let keys: Vec<_> = drawn
+        .iter()
+        .map(|r| {
+            ScoreRequest {
+                model: identity.clone(),
+                text: r.text.clone(),
+            }
+            .key()
+        })
+        .collect();
+    let found = store.logprobs(&keys)?;
+    let missing = keys.iter().filter(|k| !found.contains_key(k)).count();
+    if missing > 0 {
+        anyhow::bail!(
+            "{missing} of {} membership texts of `{}` (rows and perturbed copies) have no cached log-probabilities under `{}`, which has no held-out rows of it: run `tabcontam run {spec_path} --model {}` with \"likelihood\" among the spec's tests first",
+            keys.len(),
+            ctx.dataset.id,
+            model.id,
+            model.id
+        );
+    }
+    let (mut candidates, mut references) = (Vec::new(), Vec::new());
+    let (mut suspect_features, mut copy_features) = (Vec::new(), Vec::new());
+    for (r, key) in drawn.iter().zip(&keys) {
+        let logprobs = &found[key].1;
+        let features: Vec<Option<f64>> = Detector::ALL
+            .iter()
+            .map(|d| d.score(&r.text, logprobs))
+            .collect();
+        let Some(score) = query.detector.score(&r.text, logprobs) else {
+            anyhow::bail!(
+                "{} cannot score the texts of row {} from the cached log-probabilities ({}); choose another --detector",
+                query.detector.test_id(),
+                r.row,
+                found[key].0
+            );
+        };
+        if r.original {
+            candidates.push((r.row, score));
+            suspect_features.push(features);
+        } else {
+            references.push((r.row, score));
+            copy_features.push(features);
+        }
+    }
+    let usable: Vec<usize> = (0..Detector::ALL.len())
+        .filter(|&d| {
+            suspect_features
+                .iter()
+                .chain(&copy_features)
+                .all(|f| f[d].is_some())
+        })
+        .collect();
+    let complete = |rows: &[Vec<Option<f64>>]| -> Vec<Vec<f64>> {
+        rows.iter()
+            .map(|f| usable.iter().map(|&d| f[d].expect("usable")).collect())
+            .collect()
+    };
+    let inference = dataset_inference(
+        &complete(&suspect_features),
+        &complete(&copy_features),
+        spec.seed,
+    );
+    let pair = crate::likelihood::blind::group_pair_of_cell(&model.id, query.detector.test_id());
+    let blind = store
+        .blind_baselines()?
+        .into_iter()
+        .find(|b| {
+            b.dataset == ctx.dataset.id
+                && b.serialization == ctx.serialization.id
+                && b.seed == spec.seed
+                && b.group_pair == pair
+        })
+        .map(|b| b.stats);
+    // Fair when the texts alone do not tell the groups apart: the interval holds 0.5 (one
+    // below it also means the texts differ, the folds' lesson reversing).
+    let fair = blind.map(|b| b.auroc_low <= 0.5 && 0.5 <= b.auroc_high);
+    let verdict = match (blind, fair) {
+        (Some(b), Some(true)) => format!(
+            "a model-free classifier's AUROC of the rows against them is {:.3} [{:.3}, {:.3}], chance: a fair reference",
+            b.auroc, b.auroc_low, b.auroc_high
+        ),
+        (Some(b), _) => format!(
+            "but a model-free classifier's AUROC of the rows against them is {:.3} [{:.3}, {:.3}], away from 0.5: the texts alone differ, NOT a fair reference, and the selection carries no guarantee",
+            b.auroc, b.auroc_low, b.auroc_high
+        ),
+        (None, _) => {
+            "no blind baseline in the cache to say whether they are a fair reference".into()
+        }
+    };
+    let rows = judge_candidates(&candidates, &references, query.fdr);
+    Ok(SeenRows {
+        model: model.id.clone(),
+        dataset: ctx.dataset.id.clone(),
+        detector: query.detector.test_id().to_string(),
+        serialization: ctx.serialization.id.clone(),
+        fdr: query.fdr,
+        references: format!(
+            "the {} perturbed copies of the membership test (values altered, so in no corpus); {verdict}",
+            references.len()
+        ),
+        truth: None,
+        rows,
+        reference_blind: blind,
+        fair_references: fair,
         dataset_inference: inference,
     })
 }
