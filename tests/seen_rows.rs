@@ -146,7 +146,7 @@ datasets = ["iris"]
     // A model without held-out rows (issue 26 item 4): each distinct row the membership
     // test drew, against the distinct perturbed copies scored beside it; BH over the rows
     // alone; the blind baseline says whether the copies are a fair reference.
-    let public = env.json(&[
+    let public_args = [
         "rows",
         spec,
         "--model",
@@ -155,8 +155,8 @@ datasets = ["iris"]
         "iris",
         "--detector",
         "zlib",
-        "--json",
-    ]);
+    ];
+    let public = env.json(&[&public_args[..], &["--json"]].concat());
     assert!(public["truth"].is_null(), "no truth without a manifest");
     let rows = public["rows"].as_array().unwrap();
     let mut indexes: Vec<u64> = rows.iter().map(|r| r["row"].as_u64().unwrap()).collect();
@@ -194,16 +194,7 @@ datasets = ["iris"]
             .contains("perturbed copies")
     );
     assert!(public["dataset_inference"]["p_value"].as_f64().is_some());
-    let text = env.ok(&[
-        "rows",
-        spec,
-        "--model",
-        "base",
-        "--dataset",
-        "iris",
-        "--detector",
-        "zlib",
-    ]);
+    let text = env.ok(&public_args);
     assert!(
         text.contains("rows vs perturbed copies") && !text.contains("against the manifest"),
         "{text}"

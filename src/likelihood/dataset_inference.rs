@@ -58,6 +58,35 @@ pub struct DatasetInference {
     pub test_scores: (Vec<f64>, Vec<f64>),
 }
 
+/// Feature rows cut to the features every row of both sets has (a detector that could not
+/// score some row, `None` there, is left out of the combination for all rows). When no
+/// feature is complete the rows come back empty.
+pub fn complete_features(
+    suspect: &[Vec<Option<f64>>],
+    held_out: &[Vec<Option<f64>>],
+) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    let dims = suspect
+        .iter()
+        .chain(held_out)
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0);
+    let usable: Vec<usize> = (0..dims)
+        .filter(|&d| {
+            suspect
+                .iter()
+                .chain(held_out)
+                .all(|f| f.get(d).copied().flatten().is_some())
+        })
+        .collect();
+    let complete = |rows: &[Vec<Option<f64>>]| -> Vec<Vec<f64>> {
+        rows.iter()
+            .map(|f| usable.iter().map(|&d| f[d].expect("usable")).collect())
+            .collect()
+    };
+    (complete(suspect), complete(held_out))
+}
+
 /// Dataset inference on feature rows (each the same length, higher = more likely seen).
 /// `None` with fewer than [`MIN_ROWS_PER_SET`] rows in a set, rows of unequal length, or
 /// test-half scores without variance.

@@ -298,14 +298,12 @@ pub fn run_likelihood(
                         (scored, None) => truth_scores = Some(scored),
                     }
                 }
+                // Each cell's bootstrap (and dataset inference's split) seeded by its test.
+                let seed_of = |test: &str| {
+                    bootstrap_seed(spec.seed, &model.id, &dataset.id, test, &serialization.id)
+                };
                 for &detector in &detectors {
-                    let seed = bootstrap_seed(
-                        spec.seed,
-                        &model.id,
-                        &dataset.id,
-                        detector.test_id(),
-                        &serialization.id,
-                    );
+                    let seed = seed_of(detector.test_id());
                     let members = rows.iter().map(|row| row.original);
                     let stats = judge(detector, &texts, members, &scores, seed);
                     let skipped = match &stats {
@@ -321,13 +319,7 @@ pub fn run_likelihood(
                     });
                     if let (Some((texts, labels)), Some(scores)) = (&truth, &truth_scores) {
                         let id = detector.ground_truth_id();
-                        let seed = bootstrap_seed(
-                            spec.seed,
-                            &model.id,
-                            &dataset.id,
-                            &id,
-                            &serialization.id,
-                        );
+                        let seed = seed_of(&id);
                         let trained = labels.iter().copied();
                         let stats = judge(detector, texts, trained, scores, seed);
                         let skipped = stats
@@ -348,13 +340,7 @@ pub fn run_likelihood(
                                               labels: Vec<bool>,
                                               scores: &Scored,
                                               blind| {
-                        let seed = bootstrap_seed(
-                            spec.seed,
-                            &model.id,
-                            &dataset.id,
-                            &id,
-                            &serialization.id,
-                        );
+                        let seed = seed_of(&id);
                         let judged = judge_dataset_inference(
                             &detectors,
                             texts,
@@ -547,7 +533,7 @@ fn score_texts(
 /// test draws rows with replacement, and a text counted five times is one observation, not
 /// five (counted as five, the permutation p-value and the bootstrap treat it as independent
 /// evidence and come out too small on a small table).
-fn distinct(texts: &[String], labels: impl Iterator<Item = bool>) -> Vec<(usize, bool)> {
+pub(super) fn distinct(texts: &[String], labels: impl Iterator<Item = bool>) -> Vec<(usize, bool)> {
     let mut seen = std::collections::HashSet::new();
     texts
         .iter()
@@ -569,29 +555,26 @@ fn judge_dataset_inference(
     scored: &Scored,
     seed: u64,
 ) -> Result<DetectorStats, String> {
-    let rows: Vec<(bool, Vec<Option<f64>>)> = distinct(texts, labels)
-        .into_iter()
-        .map(|(i, label)| {
-            let features = detectors
-                .iter()
-                .map(|d| d.score(&texts[i], scored.scores(i)))
-                .collect();
-            (label, features)
-        })
-        .collect();
-    let usable: Vec<usize> = (0..detectors.len())
-        .filter(|&d| rows.iter().all(|(_, f)| f[d].is_some()))
-        .collect();
-    if usable.is_empty() {
+    let (mut suspect, mut held_out) = (Vec::new(), Vec::new());
+    for (i, label) in distinct(texts, labels) {
+        let features: Vec<Option<f64>> = detectors
+            .iter()
+            .map(|d| d.score(&texts[i], scored.scores(i)))
+            .collect();
+        match label {
+            true => suspect.push(features),
+            false => held_out.push(features),
+        }
+    }
+    let (suspect, held_out) = dataset_inference::complete_features(&suspect, &held_out);
+    if suspect
+        .iter()
+        .chain(&held_out)
+        .next()
+        .is_some_and(Vec::is_empty)
+    {
         return Err("no detector scored every row".into());
     }
-    let side = |wanted: bool| -> Vec<Vec<f64>> {
-        rows.iter()
-            .filter(|(label, _)| *label == wanted)
-            .map(|(_, f)| usable.iter().map(|&d| f[d].expect("usable")).collect())
-            .collect()
-    };
-    let (suspect, held_out) = (side(true), side(false));
     let Some(inference) = dataset_inference::dataset_inference(&suspect, &held_out, seed) else {
         return Err(format!(
             "{} and {} distinct rows: dataset inference needs {} a side and scores that vary",

@@ -14,7 +14,9 @@ use super::spec::Spec;
 use crate::dataset::catalog::Catalog;
 use crate::likelihood::BlindAuroc;
 use crate::likelihood::Detector;
-use crate::likelihood::dataset_inference::{DatasetInference, dataset_inference};
+use crate::likelihood::dataset_inference::{
+    DatasetInference, complete_features, dataset_inference,
+};
 use crate::likelihood::seen_rows::{
     RowJudgement, SelectionTruth, against_truth, judge_candidates, judge_rows,
 };
@@ -114,16 +116,7 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
         return against_perturbed_copies(spec, store, query, model, &ctx, &identity);
     };
     let texts = row_texts(&ctx);
-    let keys: Vec<_> = texts
-        .iter()
-        .map(|text| {
-            ScoreRequest {
-                model: identity.clone(),
-                text: text.clone(),
-            }
-            .key()
-        })
-        .collect();
+    let keys = score_keys(&identity, texts.iter());
     let found = store.logprobs(&keys)?;
     let missing = keys.iter().filter(|k| !found.contains_key(k)).count();
     if missing > 0 {
@@ -168,24 +161,8 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
             }
         }
     }
-    let usable: Vec<usize> = (0..Detector::ALL.len())
-        .filter(|&d| {
-            suspect_features
-                .iter()
-                .chain(&held_out_features)
-                .all(|f| f[d].is_some())
-        })
-        .collect();
-    let complete = |rows: &[Vec<Option<f64>>]| -> Vec<Vec<f64>> {
-        rows.iter()
-            .map(|f| usable.iter().map(|&d| f[d].expect("usable")).collect())
-            .collect()
-    };
-    let inference = dataset_inference(
-        &complete(&suspect_features),
-        &complete(&held_out_features),
-        spec.seed,
-    );
+    let (suspect, held_out) = complete_features(&suspect_features, &held_out_features);
+    let inference = dataset_inference(&suspect, &held_out, spec.seed);
     let rows = judge_rows(&candidates, &references, query.fdr);
     Ok(SeenRows {
         model: model.id.clone(),
@@ -227,21 +204,12 @@ fn against_perturbed_copies(
         )
     })?;
     // Each distinct text once: the membership test draws rows with replacement.
-    let mut seen_texts = std::collections::HashSet::new();
-    let drawn: Vec<_> = drawn
+    let texts: Vec<String> = drawn.iter().map(|r| r.text.clone()).collect();
+    let drawn: Vec<_> = super::likelihood::distinct(&texts, drawn.iter().map(|r| r.original))
         .into_iter()
-        .filter(|r| seen_texts.insert((r.original, r.text.clone())))
+        .map(|(i, _)| &drawn[i])
         .collect();
-    let keys: Vec<_> = drawn
-        .iter()
-        .map(|r| {
-            ScoreRequest {
-                model: identity.clone(),
-                text: r.text.clone(),
-            }
-            .key()
-        })
-        .collect();
+    let keys = score_keys(identity, drawn.iter().map(|r| &r.text));
     let found = store.logprobs(&keys)?;
     let missing = keys.iter().filter(|k| !found.contains_key(k)).count();
     if missing > 0 {
@@ -277,24 +245,8 @@ fn against_perturbed_copies(
             copy_features.push(features);
         }
     }
-    let usable: Vec<usize> = (0..Detector::ALL.len())
-        .filter(|&d| {
-            suspect_features
-                .iter()
-                .chain(&copy_features)
-                .all(|f| f[d].is_some())
-        })
-        .collect();
-    let complete = |rows: &[Vec<Option<f64>>]| -> Vec<Vec<f64>> {
-        rows.iter()
-            .map(|f| usable.iter().map(|&d| f[d].expect("usable")).collect())
-            .collect()
-    };
-    let inference = dataset_inference(
-        &complete(&suspect_features),
-        &complete(&copy_features),
-        spec.seed,
-    );
+    let (suspect, held_out) = complete_features(&suspect_features, &copy_features);
+    let inference = dataset_inference(&suspect, &held_out, spec.seed);
     let pair = crate::likelihood::blind::group_pair_of_cell(&model.id, query.detector.test_id());
     let blind = store
         .blind_baselines()?
@@ -339,4 +291,20 @@ fn against_perturbed_copies(
         fair_references: fair,
         dataset_inference: inference,
     })
+}
+
+/// The cache keys of `texts` scored by `identity` (as the likelihood phase stored them).
+fn score_keys<'a>(
+    identity: &crate::request::ModelIdentity,
+    texts: impl Iterator<Item = &'a String>,
+) -> Vec<crate::request::ScoreKey> {
+    texts
+        .map(|text| {
+            ScoreRequest {
+                model: identity.clone(),
+                text: text.clone(),
+            }
+            .key()
+        })
+        .collect()
 }
