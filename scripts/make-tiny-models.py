@@ -132,6 +132,16 @@ def decoder_configs(vocab: int) -> dict:
             attn_logit_softcapping=50.0,
             final_logit_softcapping=30.0,
         ),
+        # Gemma 3 text: per-head q/k norms, one sliding (window 8) and one global layer with
+        # their own rotary bases, a query scale that is not head_dim's; transformers 5
+        # writes `rope_parameters` per attention kind.
+        "gemma3-text": transformers.Gemma3TextConfig(
+            **common,
+            head_dim=16,
+            sliding_window=8,
+            query_pre_attn_scalar=32,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
         "phi": transformers.PhiConfig(
             **{k: v for k, v in common.items() if k != "num_key_value_heads"},
             partial_rotary_factor=0.5,
@@ -151,9 +161,9 @@ def decoder_configs(vocab: int) -> dict:
 
 
 # transformers initializes biases to 0 and norm weights to 1: for these architectures the
-# biases (qwen2) and the q/k and post-branch norms (qwen3, olmo2) are what they add to
+# biases (qwen2) and the q/k and post-branch norms (qwen3, olmo2, gemma3) are what they add to
 # llama, so they get random values, else a model that ignored them would still pass.
-PERTURBED = {"qwen2", "qwen3", "olmo2"}
+PERTURBED = {"qwen2", "qwen3", "olmo2", "gemma3-text"}
 
 
 def perturb_biases_and_norms(model) -> None:
@@ -161,6 +171,9 @@ def perturb_biases_and_norms(model) -> None:
         for name, param in model.named_parameters():
             if name.endswith(".bias"):
                 param.normal_(0.0, 0.5)
+            elif "norm" in name and model.config.model_type == "gemma3_text":
+                # Gemma stores w of x·(1 + w) and initializes it to 0.
+                param.normal_(0.0, 0.3)
             elif "norm" in name:
                 param.copy_(1.0 + 0.3 * torch.randn_like(param))
 

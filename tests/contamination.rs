@@ -231,6 +231,73 @@ fn a_lora_checkpoint_memorizes_its_rows_and_only_those() {
     }
 }
 
+/// Gemma 3 (issue 23 item 4): a tiny `gemma3_text` model (one sliding layer with a window
+/// shorter than the training windows, one global layer) fully fine-tuned by the same
+/// `contaminate` settings as the llama completes the orchard's rows and only those, its
+/// checkpoint a `gemma3_text` folder the real `run` loads; then LoRA adapters on its
+/// attention train from that checkpoint and are stored beside the merged weights.
+#[test]
+fn a_gemma3_checkpoint_memorizes_its_rows_and_only_those() {
+    let env = Env::new();
+    import(&env, "tiny-orchard", ORCHARD, "kind");
+    import(&env, "tiny-quarry", QUARRY, "class");
+    let base = env.path("gemma3-base");
+    let corpus = format!("The is {ORCHARD}{QUARRY}");
+    let (tokenizer, vocab) = tiny_llama::piece_tokenizer(&corpus);
+    tiny_llama::write_small_gemma3(&base, &tokenizer, vocab, 128, 16);
+    let series = env.path("gemma3");
+    let args = contaminate_args(&base, &series, "all", "100");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
+    let listed: serde_json::Value = serde_json::from_str(&env.ok(&args)).unwrap();
+    let checkpoint = PathBuf::from(listed[0]["dir"].as_str().unwrap());
+    let manifest = &listed[0]["manifest"];
+    eprintln!(
+        "Gemma 3 trained in {:.1} s, loss {}",
+        started.elapsed().as_secs_f64(),
+        manifest["loss"]
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(checkpoint.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["model_type"], "gemma3_text");
+    assert_eq!(config["sliding_window"], 16);
+    assert!(manifest["loss"].as_f64().unwrap() < 0.5, "{manifest}");
+
+    let cache = run_completion_tests(&env, "gemma3", &base, ("gemma3", &checkpoint));
+    let full = passes(&cache, "gemma3", "tiny-orchard", "full-completion");
+    let incomplete = passes(&cache, "gemma3", "tiny-orchard", "incomplete-completion");
+    assert_eq!(full, (1, 1), "full-completion on the trained dataset");
+    assert!(
+        incomplete.1 == 5 && incomplete.0 >= 3,
+        "incomplete-completion on the trained dataset: {incomplete:?}"
+    );
+    for (model, dataset) in [("gemma3", "tiny-quarry"), ("base", "tiny-orchard")] {
+        for test in ["full-completion", "incomplete-completion"] {
+            let (passed, total) = passes(&cache, model, dataset, test);
+            assert!(total > 0, "{model} {dataset} {test} ran no trial");
+            assert_eq!(passed, 0, "{model} passed {test} on {dataset}");
+        }
+    }
+
+    let mut args = contaminate_args(&checkpoint, &env.path("gemma3-lora"), "all", "2");
+    args.extend(["--lora", "4"].map(String::from));
+    let dataset = args.iter().position(|a| a == "--dataset").unwrap() + 1;
+    args[dataset] = "tiny-quarry".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let listed: serde_json::Value = serde_json::from_str(&env.ok(&args)).unwrap();
+    let adapted = PathBuf::from(listed[0]["dir"].as_str().unwrap());
+    assert_eq!(
+        listed[0]["manifest"]["lora"]["targets"],
+        serde_json::json!(["q", "k", "v", "o"])
+    );
+    let adapters = candle_core::safetensors::load(
+        adapted.join("adapter.safetensors"),
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    assert_eq!(adapters.len(), 2 * 4 * 2);
+}
+
 /// The `mixed` window layout is what makes a 2-layer model pass: with rows only in file
 /// order it learns each row as "the row after the previous one" and, after a prompt that
 /// shows rows out of order (incomplete completion), writes the wrong row.

@@ -160,6 +160,7 @@ fn tiny_models_match_transformers_token_for_token() {
         "mistral",
         "gemma",
         "gemma2",
+        "gemma3-text",
         "phi",
         "phi3",
         "qwen2",
@@ -672,6 +673,47 @@ fn gemma3_gguf_matches_transformers() {
             .unwrap();
         compare_with_reference(label, &ours, &references, tolerance).assert_within(bound);
     }
+}
+
+/// The trainer reads Gemma 3 270M's GGUF file as the network the engine runs (the engine
+/// matches transformers above): norms stored as `1 + w` taken back to `w`, q/k rows left
+/// in their order, 5 sliding : 1 global layers with their two rotary bases. Its loss on a
+/// real prompt is the engine's mean negative log-likelihood of the same ids with the
+/// weights expanded to f32 (measured: 1.07886 against 1.07896 nats per token).
+#[test]
+fn gemma3_trainer_loss_is_the_engines_log_likelihood() {
+    use tabcontam::infer::ModelFiles;
+    use tabcontam::train::llama::LlamaTrainer;
+
+    let Some(gguf) = gemma3_path() else { return };
+    let options = LocalOptions {
+        dequantize: Some(true),
+        ..LocalOptions::default()
+    };
+    let mut engine = LocalModel::load(&gguf, &options).unwrap();
+    let ids = engine.tokenize(GEMMA3_PROMPTS[0]).unwrap();
+    let scored = engine.score_ids(&ids).unwrap();
+    let engine_loss = -scored.logprobs.iter().sum::<f64>() / scored.logprobs.len() as f64;
+    drop(engine);
+
+    let trainer = LlamaTrainer::load(&ModelFiles::locate(&gguf).unwrap()).unwrap();
+    let gemma3 = trainer.config.gemma3.as_ref().expect("read as Gemma 3");
+    let global: Vec<usize> = (0..trainer.config.num_layers)
+        .filter(|&i| !gemma3.sliding[i])
+        .collect();
+    assert_eq!(global, vec![5, 11, 17]);
+    assert!(trainer.config.tie_embeddings);
+    let n = ids.len();
+    let inputs = Tensor::from_vec(ids, (1, n), &Device::Cpu).unwrap();
+    let weights = Tensor::ones((1, n - 1), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let loss = trainer.loss(&inputs, &weights).unwrap();
+    let loss = loss.to_scalar::<f32>().unwrap() as f64;
+    eprintln!("gemma3 270M: trainer {loss:.6} nats per token, engine {engine_loss:.6}");
+    assert!(
+        (loss - engine_loss).abs() < 1e-3,
+        "trainer {loss:.5} nats per token, engine {engine_loss:.5} over {} tokens",
+        n - 1
+    );
 }
 
 /// Our float32 log-probabilities against transformers' float32 ones (same weights, other

@@ -59,7 +59,7 @@ pub enum Command {
     #[command(subcommand)]
     #[command(after_help = examples::CACHE)]
     Cache(CacheCommand),
-    /// Continue training a local llama-family model on the text of datasets and write a
+    /// Continue training a local llama-family or Gemma 3 model on the text of datasets and write a
     /// checkpoint series (controlled contamination), each a local model folder with a manifest.
     #[command(after_help = examples::CONTAMINATE)]
     Contaminate(ContaminateArgs),

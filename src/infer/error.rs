@@ -9,7 +9,7 @@ pub type CResult<T> = candle_core::Result<T>;
 
 /// Architectures the local backend runs (`model_type` in config.json).
 pub const SUPPORTED_MODEL_TYPES: &str =
-    "llama, mistral, gemma, gemma2, phi, phi3, qwen2, qwen3, olmo2, t5";
+    "llama, mistral, gemma, gemma2, gemma3_text, phi, phi3, qwen2, qwen3, olmo2, t5";
 /// Architectures the local backend runs from GGUF files (`general.architecture`).
 pub const SUPPORTED_GGUF_ARCHITECTURES: &str =
     "llama (also Mistral and SmolLM2), gemma, gemma2, gemma3, phi2, phi3, qwen2, qwen3, olmo2";

@@ -1,12 +1,19 @@
-//! The llama family (Llama 2/3, SmolLM2) as a differentiable network: every weight a candle
-//! `Var`, the forward pass candle matmuls and the fused differentiable ops of `ops.rs` (the
-//! composed forward pass of plain candle ops kept as the tests' reference); with LoRA
-//! (`lora.rs`) every weight frozen and adapters trained beside chosen projections.
+//! The llama family (Llama 2/3, SmolLM2) and Gemma 3 as a differentiable network: every
+//! weight a candle `Var`, the forward pass candle matmuls and the fused differentiable ops of
+//! `ops.rs` (the composed llama forward pass of plain candle ops kept as the tests'
+//! reference; Gemma 3's reference is the engine); with LoRA (`lora.rs`) every weight frozen
+//! and adapters trained beside chosen projections.
+//!
+//! Gemma 3 is the llama block plus `(1 + w)` norms, embeddings scaled by `sqrt(hidden)`,
+//! per-head query/key norms, norms after attention and around the MLP, a tanh-GELU gate,
+//! its own query scale and a second rotary base on its sliding-window layers
+//! (`gemma3_config.rs`).
 //!
 //! Weights come from a safetensors folder (Hugging Face names) or a GGUF file (llama.cpp
-//! names, dequantized to f32); GGUF q/k rows were permuted by llama.cpp for its
-//! interleaved rotary embedding, and are permuted back here, so that training and the saved
-//! checkpoint use the Hugging Face layout that `backend = "local"` loads from safetensors.
+//! names, dequantized to f32); GGUF llama q/k rows were permuted by llama.cpp for its
+//! interleaved rotary embedding, and are permuted back here, and GGUF Gemma norms hold
+//! `1 + w`, from which 1 is taken back, so that training and the saved checkpoint use the
+//! Hugging Face layout that `backend = "local"` loads from safetensors.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -22,6 +29,76 @@ use super::ops;
 use crate::infer::files::{ModelFiles, WeightFormat};
 use crate::infer::weights::Weights;
 
+/// Gemma 3's extra norms of one layer (stored as `w` of `x · (1 + w)`).
+struct GemmaNorms {
+    q_norm: Var,
+    k_norm: Var,
+    post_attn_norm: Var,
+    post_ffn_norm: Var,
+}
+
+/// Hugging Face names of a layer's nine llama weights and, for Gemma 3, its four extra
+/// norms (Gemma's `post_attention_layernorm` follows attention; llama's precedes the MLP).
+fn layer_names(i: usize, gemma: bool) -> ([String; 9], Option<[String; 4]>) {
+    let p = format!("model.layers.{i}");
+    let ffn_norm = if gemma {
+        "pre_feedforward_layernorm"
+    } else {
+        "post_attention_layernorm"
+    };
+    let main = [
+        "input_layernorm",
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        ffn_norm,
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ]
+    .map(|n| format!("{p}.{n}.weight"));
+    let extra = gemma.then(|| {
+        [
+            "self_attn.q_norm",
+            "self_attn.k_norm",
+            "post_attention_layernorm",
+            "post_feedforward_layernorm",
+        ]
+        .map(|n| format!("{p}.{n}.weight"))
+    });
+    (main, extra)
+}
+
+/// llama.cpp's names of the same weights, in the same order.
+fn gguf_layer_names(i: usize, gemma: bool) -> ([String; 9], Option<[String; 4]>) {
+    let main = [
+        "attn_norm",
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_norm",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    ]
+    .map(|n| format!("blk.{i}.{n}.weight"));
+    let extra = gemma.then(|| {
+        [
+            "attn_q_norm",
+            "attn_k_norm",
+            "post_attention_norm",
+            "post_ffw_norm",
+        ]
+        .map(|n| format!("blk.{i}.{n}.weight"))
+    });
+    (main, extra)
+}
+
+/// The weights of one layer as read from a file: the nine llama weights, and Gemma's norms.
+type LayerTensors = ([Tensor; 9], Option<[Tensor; 4]>);
+
 /// The trainable weights of one decoder layer.
 struct Layer {
     attn_norm: Var,
@@ -33,6 +110,7 @@ struct Layer {
     gate: Var,
     up: Var,
     down: Var,
+    gemma: Option<GemmaNorms>,
 }
 
 impl Layer {
@@ -87,18 +165,8 @@ impl LlamaTrainer {
                 let final_norm = get("model.norm.weight")?;
                 let mut layers = Vec::with_capacity(config.num_layers);
                 for i in 0..config.num_layers {
-                    let p = format!("model.layers.{i}");
-                    layers.push([
-                        get(&format!("{p}.input_layernorm.weight"))?,
-                        get(&format!("{p}.self_attn.q_proj.weight"))?,
-                        get(&format!("{p}.self_attn.k_proj.weight"))?,
-                        get(&format!("{p}.self_attn.v_proj.weight"))?,
-                        get(&format!("{p}.self_attn.o_proj.weight"))?,
-                        get(&format!("{p}.post_attention_layernorm.weight"))?,
-                        get(&format!("{p}.mlp.gate_proj.weight"))?,
-                        get(&format!("{p}.mlp.up_proj.weight"))?,
-                        get(&format!("{p}.mlp.down_proj.weight"))?,
-                    ]);
+                    let (main, extra) = layer_names(i, config.gemma3.is_some());
+                    layers.push(read_layer(main, extra, |name, _| Ok(get(name)?))?);
                 }
                 Self::from_tensors(config, embed, lm_head, final_norm, layers)
             }
@@ -109,27 +177,33 @@ impl LlamaTrainer {
                 let mut config = LlamaConfig::from_gguf(path, &meta, embed.dim(0).unwrap_or(0))?;
                 let lm_head = weights.optional_tensor("output.weight")?;
                 config.tie_embeddings = lm_head.is_none();
-                let final_norm = weights.tensor("output_norm.weight")?;
+                let gemma = config.gemma3.is_some();
+                // llama.cpp stores Gemma's norms as `1 + w`; the trainer keeps `w`.
+                let norm = |name: &str, t: Tensor| -> Result<Tensor, TrainError> {
+                    if gemma {
+                        (t - 1.0).map_err(candle(format!("reading {name}")))
+                    } else {
+                        Ok(t)
+                    }
+                };
+                let final_norm = norm("output_norm", weights.tensor("output_norm.weight")?)?;
                 let mut layers = Vec::with_capacity(config.num_layers);
                 for i in 0..config.num_layers {
-                    let mut get = |name: &str| weights.tensor(&format!("blk.{i}.{name}.weight"));
-                    let q = get("attn_q")?;
-                    let k = get("attn_k")?;
-                    let q = unpermute_rows(&q, config.num_heads)
-                        .map_err(candle(format!("un-permuting blk.{i}.attn_q")))?;
-                    let k = unpermute_rows(&k, config.num_kv_heads)
-                        .map_err(candle(format!("un-permuting blk.{i}.attn_k")))?;
-                    layers.push([
-                        get("attn_norm")?,
-                        q,
-                        k,
-                        get("attn_v")?,
-                        get("attn_output")?,
-                        get("ffn_norm")?,
-                        get("ffn_gate")?,
-                        get("ffn_up")?,
-                        get("ffn_down")?,
-                    ]);
+                    let (main, extra) = gguf_layer_names(i, gemma);
+                    let mut layer = read_layer(main, extra, |name, is_norm| {
+                        let t = weights.tensor(name)?;
+                        if is_norm { norm(name, t) } else { Ok(t) }
+                    })?;
+                    if !gemma {
+                        // llama.cpp permuted llama's q/k rows for its interleaved rotary
+                        // embedding (Gemma uses the halves layout and was left alone).
+                        let [_, q, k, ..] = &mut layer.0;
+                        *q = unpermute_rows(q, config.num_heads)
+                            .map_err(candle(format!("un-permuting blk.{i}.attn_q")))?;
+                        *k = unpermute_rows(k, config.num_kv_heads)
+                            .map_err(candle(format!("un-permuting blk.{i}.attn_k")))?;
+                    }
+                    layers.push(layer);
                 }
                 Self::from_tensors(config, embed, lm_head, final_norm, layers)
             }
@@ -141,7 +215,7 @@ impl LlamaTrainer {
         embed: Tensor,
         lm_head: Option<Tensor>,
         final_norm: Tensor,
-        layers: Vec<[Tensor; 9]>,
+        layers: Vec<LayerTensors>,
     ) -> Result<Self, TrainError> {
         let var = |t: Tensor| {
             Var::from_tensor(&t).map_err(|source| TrainError::Candle {
@@ -151,19 +225,31 @@ impl LlamaTrainer {
         };
         let layers = layers
             .into_iter()
-            .map(|[attn_norm, q, k, v, o, ffn_norm, gate, up, down]| {
-                Ok(Layer {
-                    attn_norm: var(attn_norm)?,
-                    q: var(q)?,
-                    k: var(k)?,
-                    v: var(v)?,
-                    o: var(o)?,
-                    ffn_norm: var(ffn_norm)?,
-                    gate: var(gate)?,
-                    up: var(up)?,
-                    down: var(down)?,
-                })
-            })
+            .map(
+                |([attn_norm, q, k, v, o, ffn_norm, gate, up, down], extra)| {
+                    let gemma = match extra {
+                        Some([q_norm, k_norm, post_attn_norm, post_ffn_norm]) => Some(GemmaNorms {
+                            q_norm: var(q_norm)?,
+                            k_norm: var(k_norm)?,
+                            post_attn_norm: var(post_attn_norm)?,
+                            post_ffn_norm: var(post_ffn_norm)?,
+                        }),
+                        None => None,
+                    };
+                    Ok(Layer {
+                        attn_norm: var(attn_norm)?,
+                        q: var(q)?,
+                        k: var(k)?,
+                        v: var(v)?,
+                        o: var(o)?,
+                        ffn_norm: var(ffn_norm)?,
+                        gate: var(gate)?,
+                        up: var(up)?,
+                        down: var(down)?,
+                        gemma,
+                    })
+                },
+            )
             .collect::<Result<Vec<_>, TrainError>>()?;
         Ok(LlamaTrainer {
             embed: var(embed)?,
@@ -194,6 +280,23 @@ impl LlamaTrainer {
             None => var.as_tensor().clone(),
             Some(_) => var.as_tensor().detach(),
         }
+    }
+
+    /// A norm's weight as it multiplies: `1 + w` for Gemma, `w` for llama.
+    fn norm_weight(&self, var: &Var) -> candle_core::Result<Tensor> {
+        let w = self.weight(var);
+        match self.config.gemma3 {
+            Some(_) => w + 1.0,
+            None => Ok(w),
+        }
+    }
+
+    /// RMSNorm of `(…, dim)` rows over their last dimension.
+    fn norm(&self, xs: &Tensor, var: &Var) -> candle_core::Result<Tensor> {
+        let dims = xs.dims().to_vec();
+        let dim = *dims.last().expect("a norm's input has dimensions");
+        let rows = xs.reshape(((), dim))?;
+        ops::rms_norm(&rows, &self.norm_weight(var)?, self.config.rms_eps)?.reshape(dims)
     }
 
     /// `h Wᵀ` for one projection of layer `i`, plus its adapter's share under LoRA.
@@ -233,18 +336,23 @@ impl LlamaTrainer {
             vars.push(("lm_head.weight".to_string(), head));
         }
         for (i, l) in self.layers.iter().enumerate() {
-            let p = format!("model.layers.{i}");
-            vars.extend([
-                (format!("{p}.input_layernorm.weight"), &l.attn_norm),
-                (format!("{p}.self_attn.q_proj.weight"), &l.q),
-                (format!("{p}.self_attn.k_proj.weight"), &l.k),
-                (format!("{p}.self_attn.v_proj.weight"), &l.v),
-                (format!("{p}.self_attn.o_proj.weight"), &l.o),
-                (format!("{p}.post_attention_layernorm.weight"), &l.ffn_norm),
-                (format!("{p}.mlp.gate_proj.weight"), &l.gate),
-                (format!("{p}.mlp.up_proj.weight"), &l.up),
-                (format!("{p}.mlp.down_proj.weight"), &l.down),
-            ]);
+            let (main, extra) = layer_names(i, l.gemma.is_some());
+            let weights = [
+                &l.attn_norm,
+                &l.q,
+                &l.k,
+                &l.v,
+                &l.o,
+                &l.ffn_norm,
+                &l.gate,
+                &l.up,
+                &l.down,
+            ];
+            vars.extend(main.into_iter().zip(weights));
+            if let (Some(names), Some(g)) = (extra, &l.gemma) {
+                let norms = [&g.q_norm, &g.k_norm, &g.post_attn_norm, &g.post_ffn_norm];
+                vars.extend(names.into_iter().zip(norms));
+            }
         }
         vars
     }
@@ -334,45 +442,70 @@ impl LlamaTrainer {
         let mut xs = self
             .weight(&self.embed)
             .index_select(&inputs.flatten_all()?, 0)?; // (batch * seq, hidden)
+        if c.gemma3.is_some() {
+            xs = (xs * (c.hidden_size as f64).sqrt())?;
+        }
         let rope = ops::Rope::new(seq, c.head_dim, c.rope_theta);
-        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let local_rope = c
+            .gemma3
+            .as_ref()
+            .map(|g| ops::Rope::new(seq, c.head_dim, g.local_rope_theta));
+        let scale = match &c.gemma3 {
+            Some(g) => 1.0 / g.query_pre_attn_scalar.sqrt(),
+            None => 1.0 / (c.head_dim as f64).sqrt(),
+        };
         for (i, layer) in self.layers.iter().enumerate() {
-            let h = ops::rms_norm(&xs, &self.weight(&layer.attn_norm), c.rms_eps)?;
+            let h = self.norm(&xs, &layer.attn_norm)?;
+            let sliding = c.gemma3.as_ref().is_some_and(|g| g.sliding[i]);
+            let rope = match (&local_rope, sliding) {
+                (Some(local), true) => local,
+                _ => &rope,
+            };
             // Rotated in the `(batch, seq, heads, dim)` layout the projection writes; the
             // attention op moves them to head-major order itself (and does not keep the
             // copies). Grouped-query attention: each kv head serves `group` query heads,
             // which are folded into the query rows so k and v are never copied.
-            let q = ops::rope(
-                &self.project(&h, i, LoraTarget::Q)?.reshape((
-                    batch,
-                    seq,
-                    c.num_heads,
-                    c.head_dim,
-                ))?,
-                &rope,
-            )?;
-            let k = ops::rope(
-                &self.project(&h, i, LoraTarget::K)?.reshape((
-                    batch,
-                    seq,
-                    c.num_kv_heads,
-                    c.head_dim,
-                ))?,
-                &rope,
-            )?;
+            let mut q = self.project(&h, i, LoraTarget::Q)?.reshape((
+                batch,
+                seq,
+                c.num_heads,
+                c.head_dim,
+            ))?;
+            let mut k = self.project(&h, i, LoraTarget::K)?.reshape((
+                batch,
+                seq,
+                c.num_kv_heads,
+                c.head_dim,
+            ))?;
+            if let Some(g) = &layer.gemma {
+                q = self.norm(&q, &g.q_norm)?;
+                k = self.norm(&k, &g.k_norm)?;
+            }
+            let q = ops::rope(&q, rope)?;
+            let k = ops::rope(&k, rope)?;
             let v = self
                 .project(&h, i, LoraTarget::V)?
                 .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()?;
-            let probs = ops::attention_probs(&q, &k, c.num_kv_heads, scale)?;
+            // A window no longer than the slide sees what causal attention sees.
+            let probs = match &c.gemma3 {
+                Some(g) if sliding && seq > g.sliding_window => {
+                    ops::sliding_attention_probs(&q, &k, c.num_kv_heads, scale, g.sliding_window)?
+                }
+                _ => ops::attention_probs(&q, &k, c.num_kv_heads, scale)?,
+            };
             let attended = probs
                 .matmul(&v)?
                 .reshape((batch, c.num_heads, seq, c.head_dim))?
                 .transpose(1, 2)?
                 .reshape((batch * seq, c.num_heads * c.head_dim))?;
-            xs = (xs + self.project(&attended, i, LoraTarget::O)?)?;
-            let h = ops::rms_norm(&xs, &self.weight(&layer.ffn_norm), c.rms_eps)?;
+            let mut attended = self.project(&attended, i, LoraTarget::O)?;
+            if let Some(g) = &layer.gemma {
+                attended = self.norm(&attended, &g.post_attn_norm)?;
+            }
+            xs = (xs + attended)?;
+            let h = self.norm(&xs, &layer.ffn_norm)?;
             let gate = self.project(&h, i, LoraTarget::Gate)?;
             let up = self.project(&h, i, LoraTarget::Up)?;
             let down = match self
@@ -380,6 +513,11 @@ impl LlamaTrainer {
                 .as_ref()
                 .and_then(|l| Some((l, l.get(i, LoraTarget::Down)?)))
             {
+                // Gemma's gate is the tanh GELU (candle's `gelu`), outside the fused op.
+                _ if layer.gemma.is_some() => {
+                    let gated = (gate.gelu()? * up)?;
+                    self.project(&gated, i, LoraTarget::Down)?
+                }
                 // An adapted down projection needs the product itself as its input.
                 Some((lora, adapter)) => {
                     let gated = ops::swiglu(&gate, &up)?;
@@ -388,9 +526,13 @@ impl LlamaTrainer {
                 }
                 None => ops::swiglu_down(&gate, &up, &self.weight(&layer.down))?,
             };
+            let down = match &layer.gemma {
+                Some(g) => self.norm(&down, &g.post_ffn_norm)?,
+                None => down,
+            };
             xs = (xs + down)?;
         }
-        ops::rms_norm(&xs, &self.weight(&self.final_norm), c.rms_eps)
+        self.norm(&xs, &self.final_norm)
     }
 
     /// The loss composed of plain candle ops (the forward pass before the fused ops), the
@@ -454,228 +596,34 @@ impl LlamaTrainer {
     }
 }
 
+/// Reads one layer's tensors by name; `get` learns whether a tensor is a norm.
+fn read_layer(
+    main: [String; 9],
+    extra: Option<[String; 4]>,
+    mut get: impl FnMut(&str, bool) -> Result<Tensor, TrainError>,
+) -> Result<LayerTensors, TrainError> {
+    const MAIN_NORMS: [usize; 2] = [0, 5];
+    let mut read = |names: &[String], norm: &dyn Fn(usize) -> bool| {
+        names
+            .iter()
+            .enumerate()
+            .map(|(j, name)| get(name, norm(j)))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let main: [Tensor; 9] = read(&main, &|j| MAIN_NORMS.contains(&j))?
+        .try_into()
+        .expect("nine weights");
+    let extra = match extra {
+        Some(names) => Some(read(&names, &|_| true)?.try_into().expect("four norms")),
+        None => None,
+    };
+    Ok((main, extra))
+}
+
 /// `x Wᵀ` over rows `(n, in)`.
 fn linear(xs: &Tensor, w: &Var) -> candle_core::Result<Tensor> {
     xs.matmul(&w.as_tensor().t()?)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::ops::composed::*;
-    use super::*;
-
-    /// The hand-written ops agree with candle's fused inference kernels.
-    #[test]
-    fn composed_ops_match_the_fused_kernels() {
-        let device = Device::Cpu;
-        let xs = Tensor::randn(0f32, 1.0, (3, 2, 5, 8), &device).unwrap();
-        let close = |a: &Tensor, b: &Tensor| {
-            let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-            diff.to_scalar::<f32>().unwrap()
-        };
-        let fused = candle_nn::ops::softmax_last_dim(&xs).unwrap();
-        assert!(close(&softmax(&xs).unwrap(), &fused) < 1e-6);
-        let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, 8, &device).unwrap()).unwrap();
-        let fused = candle_nn::ops::rms_norm(&xs, w.as_tensor(), 1e-6).unwrap();
-        assert!(close(&rms_norm(&xs, w.as_tensor(), 1e-6).unwrap(), &fused) < 1e-5);
-        assert!(close(&silu(&xs).unwrap(), &candle_nn::ops::silu(&xs).unwrap()) < 1e-6);
-        // Rotary tables of the halves layout against candle's `rope` kernel.
-        let half = 4;
-        let cos = Tensor::randn(0f32, 1.0, (5, half), &device).unwrap();
-        let sin = Tensor::randn(0f32, 1.0, (5, half), &device).unwrap();
-        let fused = candle_nn::rotary_emb::rope(&xs, &cos, &sin).unwrap();
-        let cos2 = Tensor::cat(&[&cos, &cos], 1).unwrap();
-        let sin2 = Tensor::cat(&[&sin, &sin], 1).unwrap();
-        assert!(close(&rotate(&xs, &cos2, &sin2).unwrap(), &fused) < 1e-5);
-        let log = log_softmax(&xs).unwrap().exp().unwrap();
-        assert!(close(&log, &softmax(&xs).unwrap()) < 1e-6);
-    }
-
-    /// A 2-layer network of random weights (tied embeddings, grouped-query attention).
-    fn tiny_model() -> LlamaTrainer {
-        let device = Device::Cpu;
-        let config = LlamaConfig {
-            vocab_size: 40,
-            hidden_size: 16,
-            intermediate_size: 24,
-            num_layers: 2,
-            num_heads: 4,
-            num_kv_heads: 2,
-            head_dim: 4,
-            rms_eps: 1e-5,
-            rope_theta: 10_000.0,
-            tie_embeddings: true,
-            max_position_embeddings: 64,
-            bos_token_id: None,
-            eos_token_id: None,
-        };
-        let randn = |shape: &[usize], std: f32| Tensor::randn(0f32, std, shape, &device).unwrap();
-        let (h, i) = (config.hidden_size, config.intermediate_size);
-        let layers = (0..config.num_layers)
-            .map(|_| {
-                [
-                    (randn(&[h], 0.1) + 1.0).unwrap(),
-                    randn(&[16, h], 0.3),
-                    randn(&[8, h], 0.3),
-                    randn(&[8, h], 0.3),
-                    randn(&[h, 16], 0.3),
-                    (randn(&[h], 0.1) + 1.0).unwrap(),
-                    randn(&[i, h], 0.3),
-                    randn(&[i, h], 0.3),
-                    randn(&[h, i], 0.3),
-                ]
-            })
-            .collect();
-        LlamaTrainer::from_tensors(
-            config,
-            randn(&[40, h], 1.0),
-            None,
-            (randn(&[h], 0.1) + 1.0).unwrap(),
-            layers,
-        )
-        .unwrap()
-    }
-
-    /// Token ids `(3, 10)` and loss weights `(3, 9)` with some positions out of the loss.
-    fn tiny_batch() -> (Tensor, Tensor) {
-        let device = Device::Cpu;
-        let ids: Vec<u32> = (0..3 * 10).map(|i| (i * 13 % 40) as u32).collect();
-        let ids = Tensor::from_vec(ids, (3, 10), &device).unwrap();
-        let mut weights = vec![1f32; 3 * 9];
-        weights[20..].fill(0.0);
-        (ids, Tensor::from_vec(weights, (3, 9), &device).unwrap())
-    }
-
-    /// The network through the fused ops gives the loss and every weight's gradient of the
-    /// network composed of plain candle ops (tied embeddings, grouped-query attention, some
-    /// positions out of the loss).
-    #[test]
-    fn fused_network_matches_the_composed_one() {
-        let model = tiny_model();
-        let (ids, weights) = tiny_batch();
-        let fused = model.loss(&ids, &weights).unwrap();
-        let composed = model.composed_loss(&ids, &weights).unwrap();
-        let (a, b) = (
-            fused.to_scalar::<f32>().unwrap(),
-            composed.to_scalar::<f32>().unwrap(),
-        );
-        assert!((a - b).abs() < 1e-4, "fused loss {a}, composed {b}");
-        let (ga, gb) = (fused.backward().unwrap(), composed.backward().unwrap());
-        for (name, var) in model.named_vars() {
-            let (x, y) = (
-                ga.get(var.as_tensor()).unwrap(),
-                gb.get(var.as_tensor()).unwrap(),
-            );
-            let diff = (x - y).unwrap().abs().unwrap().max_all().unwrap();
-            let diff = diff.to_scalar::<f32>().unwrap();
-            assert!(diff < 1e-4, "{name}: gradients differ by {diff}");
-        }
-    }
-
-    /// Under LoRA (every projection adapted, B made non-zero) the loss is that of the
-    /// merged weights, only the adapters get gradients, and an adapter's gradient is the
-    /// loss's slope along it (central difference).
-    #[test]
-    fn lora_trains_adapters_only_and_merges_to_the_same_network() {
-        let mut settings = LoraSettings::new(2);
-        settings.targets = LoraTarget::ALL.to_vec();
-        settings.alpha = 4.0;
-        let model = tiny_model().with_lora(settings, 1).unwrap();
-        let lora = model.lora().unwrap();
-        for (_, var) in lora.named_vars() {
-            if var.dims()[1] == 2 {
-                var.set(&Tensor::randn(0f32, 0.3, var.dims(), &Device::Cpu).unwrap())
-                    .unwrap();
-            }
-        }
-        let (ids, weights) = tiny_batch();
-        let loss = model.loss(&ids, &weights).unwrap();
-        let dir = std::env::temp_dir().join(format!("tabcontam-lora-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        model.save(&dir).unwrap();
-        let merged =
-            candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
-        let adapters = candle_core::safetensors::load(
-            dir.join(super::super::lora::ADAPTER_FILE),
-            &Device::Cpu,
-        )
-        .unwrap();
-        assert_eq!(adapters.len(), 2 * 7 * 2);
-        assert!(adapters.contains_key("model.layers.1.mlp.down_proj.lora_B.weight"));
-        let layers = (0..2)
-            .map(|i| {
-                let get = |n: &str| merged[&format!("model.layers.{i}.{n}.weight")].clone();
-                [
-                    get("input_layernorm"),
-                    get("self_attn.q_proj"),
-                    get("self_attn.k_proj"),
-                    get("self_attn.v_proj"),
-                    get("self_attn.o_proj"),
-                    get("post_attention_layernorm"),
-                    get("mlp.gate_proj"),
-                    get("mlp.up_proj"),
-                    get("mlp.down_proj"),
-                ]
-            })
-            .collect();
-        let full = LlamaTrainer::from_tensors(
-            model.config.clone(),
-            merged["model.embed_tokens.weight"].clone(),
-            None,
-            merged["model.norm.weight"].clone(),
-            layers,
-        )
-        .unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-        let (a, b) = (
-            loss.to_scalar::<f32>().unwrap(),
-            full.loss(&ids, &weights)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap(),
-        );
-        assert!((a - b).abs() < 1e-4, "adapted {a}, merged {b}");
-
-        let grads = loss.backward().unwrap();
-        for (name, var) in model.named_vars() {
-            assert!(
-                grads.get(var.as_tensor()).is_none(),
-                "{name} got a gradient"
-            );
-        }
-        for (name, var) in model.trainable_vars() {
-            assert!(
-                grads.get(var.as_tensor()).is_some(),
-                "{name} got no gradient"
-            );
-        }
-        let (name, var) = &model.trainable_vars()[3];
-        let grad = grads.get(var.as_tensor()).unwrap();
-        let direction = Tensor::randn(0f32, 1.0, var.dims(), &Device::Cpu).unwrap();
-        let slope = (grad * &direction)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        let original = var.as_tensor().copy().unwrap();
-        let at = |step: f64| {
-            var.set(&(&original + (&direction * step).unwrap()).unwrap())
-                .unwrap();
-            model
-                .loss(&ids, &weights)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap() as f64
-        };
-        // Richardson extrapolation of two central differences cancels their h² error: the
-        // random network's third derivative alone put one plain difference 4 % off in CI.
-        let central = |h: f64| (at(h) - at(-h)) / (2.0 * h);
-        let h = 1e-2;
-        let numeric = ((4.0 * central(h / 2.0) - central(h)) / 3.0) as f32;
-        assert!(
-            (numeric - slope).abs() < 2e-2 * slope.abs().max(1.0),
-            "{name}: gradient slope {slope}, central difference {numeric}"
-        );
-    }
-}
+mod tests;

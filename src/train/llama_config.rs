@@ -1,7 +1,7 @@
-//! The llama family's shape (`LlamaConfig`) as the trainer reads it: from a safetensors
-//! folder's `config.json` or a GGUF file's `llama.*` metadata, and written back as the
-//! `config.json` of every checkpoint (what the local engine's llama loader reads); and the
-//! GGUF q/k row order undone.
+//! The decoder shape (`LlamaConfig`) as the trainer reads it: from a safetensors folder's
+//! `config.json` or a GGUF file's `llama.*` / `gemma3.*` metadata, and written back as the
+//! `config.json` of every checkpoint (what the local engine's loaders read); and the GGUF
+//! q/k row order of llama files undone. Gemma 3's additions live in `gemma3_config.rs`.
 
 use std::path::Path;
 
@@ -9,9 +9,10 @@ use candle_core::Tensor;
 use serde_json::{Value, json};
 
 use super::TrainError;
+use super::gemma3_config::Gemma3Shape;
 use crate::infer::weights::GgufMetadata;
 
-/// The shape of a llama network.
+/// The shape of a llama network, or of a Gemma 3 one (`gemma3` set).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlamaConfig {
     pub vocab_size: usize,
@@ -27,12 +28,14 @@ pub struct LlamaConfig {
     pub max_position_embeddings: usize,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<u32>,
+    /// Gemma 3's norms, scaling and sliding layers; `None` for llama.
+    pub gemma3: Option<Gemma3Shape>,
 }
 
 impl LlamaConfig {
     /// `config.json` of the saved checkpoint (what the local engine's llama loader reads).
     pub fn to_hf_json(&self) -> Value {
-        json!({
+        let mut json = json!({
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
             "vocab_size": self.vocab_size,
@@ -50,18 +53,23 @@ impl LlamaConfig {
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_id,
             "torch_dtype": "float32",
-        })
+        });
+        if let Some(gemma3) = &self.gemma3 {
+            gemma3.extend_hf_json(&mut json);
+        }
+        json
     }
 
     pub(super) fn from_hf_json(path: &Path, json: &Value) -> Result<Self, TrainError> {
         let model_type = json["model_type"].as_str().unwrap_or("(none)");
-        if model_type != "llama" {
+        let is_gemma3 = model_type == "gemma3_text";
+        if model_type != "llama" && !is_gemma3 {
             return Err(TrainError::UnsupportedArchitecture {
                 path: path.to_path_buf(),
                 found: model_type.to_string(),
             });
         }
-        if json.get("rope_scaling").is_some_and(|v| !v.is_null()) {
+        if !is_gemma3 && json.get("rope_scaling").is_some_and(|v| !v.is_null()) {
             return Err(TrainError::BadModel {
                 path: path.to_path_buf(),
                 detail: "rope_scaling is not supported by the trainer (plain rotary only)".into(),
@@ -79,25 +87,33 @@ impl LlamaConfig {
         let hidden_size = size("hidden_size")?;
         let num_heads = size("num_attention_heads")?;
         let first_id = |v: &Value| v.as_u64().or_else(|| v.get(0).and_then(Value::as_u64));
+        let num_layers = size("num_hidden_layers")?;
+        let head_dim = json["head_dim"]
+            .as_u64()
+            .map_or(hidden_size / num_heads, |v| v as usize);
+        let gemma3 = is_gemma3
+            .then(|| Gemma3Shape::from_hf_json(path, json, head_dim, num_layers))
+            .transpose()?;
+        let default_theta = if is_gemma3 { 1_000_000.0 } else { 10_000.0 };
         Ok(LlamaConfig {
             vocab_size: size("vocab_size")?,
             hidden_size,
             intermediate_size: size("intermediate_size")?,
-            num_layers: size("num_hidden_layers")?,
+            num_layers,
             num_heads,
             num_kv_heads: json["num_key_value_heads"]
                 .as_u64()
                 .map_or(num_heads, |v| v as usize),
-            head_dim: json["head_dim"]
-                .as_u64()
-                .map_or(hidden_size / num_heads, |v| v as usize),
+            head_dim,
             rms_eps: json["rms_norm_eps"].as_f64().unwrap_or(1e-6),
-            rope_theta: json["rope_theta"].as_f64().unwrap_or(10_000.0),
-            tie_embeddings: json["tie_word_embeddings"].as_bool().unwrap_or(false),
+            rope_theta: Gemma3Shape::hf_rope_theta(json).unwrap_or(default_theta),
+            // Gemma ties its embeddings unless told otherwise; llama does not.
+            tie_embeddings: json["tie_word_embeddings"].as_bool().unwrap_or(is_gemma3),
             max_position_embeddings: json["max_position_embeddings"].as_u64().unwrap_or(2048)
                 as usize,
             bos_token_id: first_id(&json["bos_token_id"]).map(|v| v as u32),
             eos_token_id: first_id(&json["eos_token_id"]).map(|v| v as u32),
+            gemma3,
         })
     }
 
@@ -107,43 +123,49 @@ impl LlamaConfig {
         embedding_rows: usize,
     ) -> Result<Self, TrainError> {
         let arch = meta.string("general.architecture").unwrap_or_default();
-        if arch != "llama" {
+        if arch != "llama" && arch != "gemma3" {
             return Err(TrainError::UnsupportedArchitecture {
                 path: path.to_path_buf(),
                 found: arch,
             });
         }
+        let arch = arch.as_str();
         let need = |key: &str| -> Result<usize, TrainError> {
-            meta.arch_u32("llama", key)
+            meta.arch_u32(arch, key)
                 .map(|v| v as usize)
                 .ok_or_else(|| TrainError::BadModel {
                     path: path.to_path_buf(),
-                    detail: format!("GGUF metadata lacks llama.{key}"),
+                    detail: format!("GGUF metadata lacks {arch}.{key}"),
                 })
         };
         let hidden_size = need("embedding_length")?;
         let num_heads = need("attention.head_count")?;
+        let num_layers = need("block_count")?;
+        let head_dim = meta
+            .arch_u32(arch, "attention.key_length")
+            .map_or(hidden_size / num_heads, |v| v as usize);
+        let gemma3 = (arch == "gemma3")
+            .then(|| Gemma3Shape::from_gguf(path, meta, head_dim, num_layers))
+            .transpose()?;
         Ok(LlamaConfig {
             vocab_size: embedding_rows,
             hidden_size,
             intermediate_size: need("feed_forward_length")?,
-            num_layers: need("block_count")?,
+            num_layers,
             num_heads,
             num_kv_heads: meta
-                .arch_u32("llama", "attention.head_count_kv")
+                .arch_u32(arch, "attention.head_count_kv")
                 .map_or(num_heads, |v| v as usize),
-            head_dim: meta
-                .arch_u32("llama", "attention.key_length")
-                .map_or(hidden_size / num_heads, |v| v as usize),
+            head_dim,
             rms_eps: meta
-                .arch_f32("llama", "attention.layer_norm_rms_epsilon")
+                .arch_f32(arch, "attention.layer_norm_rms_epsilon")
                 .unwrap_or(1e-5) as f64,
-            rope_theta: meta.arch_f32("llama", "rope.freq_base").unwrap_or(10_000.0) as f64,
+            rope_theta: meta.arch_f32(arch, "rope.freq_base").unwrap_or(10_000.0) as f64,
             tie_embeddings: false,
-            max_position_embeddings: meta.arch_u32("llama", "context_length").unwrap_or(2048)
-                as usize,
+            max_position_embeddings: meta.arch_u32(arch, "context_length").unwrap_or(2048) as usize,
             bos_token_id: meta.u32("tokenizer.ggml.bos_token_id"),
             eos_token_id: meta.u32("tokenizer.ggml.eos_token_id"),
+            gemma3,
         })
     }
 }

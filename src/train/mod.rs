@@ -4,13 +4,14 @@
 //! recording exactly what it saw.
 //!
 //! Full fine-tuning in f32 on CPU (every weight a candle `Var`) or LoRA (`lora.rs`: the
-//! base frozen, adapters trained), the forward pass per architecture family in its own file
-//! (only `llama` so far: Llama 2/3, SmolLM2), next-token cross-entropy, AdamW with optional
-//! gradient clipping, gradient accumulation, seeded data order. Checkpoints are cached
-//! by their inputs (base weights digest, data digest, exposure): an existing checkpoint
-//! with the same inputs digest is not trained again.
+//! base frozen, adapters trained), the forward pass in `llama.rs` (Llama 2/3, SmolLM2 and,
+//! with the additions read by `gemma3_config.rs`, Gemma 3), next-token cross-entropy, AdamW
+//! with optional gradient clipping, gradient accumulation, seeded data order. Checkpoints
+//! are cached by their inputs (base weights digest, data digest, exposure): an existing
+//! checkpoint with the same inputs digest is not trained again.
 
 pub mod data;
+pub mod gemma3_config;
 pub mod llama;
 pub mod llama_config;
 pub mod lora;
@@ -55,7 +56,7 @@ pub enum TrainError {
     #[error(transparent)]
     Model(#[from] LocalError),
     #[error(
-        "{path}: the trainer supports llama-family models only (llama, SmolLM2), not `{found}`"
+        "{path}: the trainer supports llama-family models (Llama 2/3, SmolLM2) and Gemma 3 text models, not `{found}`"
     )]
     UnsupportedArchitecture { path: PathBuf, found: String },
     #[error("{path}: {detail}")]

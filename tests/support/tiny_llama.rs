@@ -350,3 +350,69 @@ pub fn write_llama(dir: &Path, tokenizer: &Value, shape: &LlamaShape) {
     }
     candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
 }
+
+/// A Gemma 3 text model (`gemma3_text`) of the small llama's size: one sliding layer
+/// (window `window`) and one global layer, tied embeddings, every norm `1 + 0`, random
+/// projections (standard deviation 0.02), as a safetensors folder the trainer and the
+/// engine load.
+pub fn write_small_gemma3(
+    dir: &Path,
+    tokenizer: &Value,
+    vocab: usize,
+    hidden: usize,
+    window: usize,
+) {
+    let heads = 4;
+    let head_dim = hidden / heads;
+    write_llama(
+        dir,
+        tokenizer,
+        &LlamaShape {
+            vocab,
+            hidden,
+            intermediate: hidden * 3,
+            layers: 2,
+            heads,
+            kv_heads: 2,
+            tied: true,
+        },
+    );
+    let config = json!({
+        "model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"],
+        "vocab_size": vocab, "hidden_size": hidden, "intermediate_size": hidden * 3,
+        "num_hidden_layers": 2, "num_attention_heads": heads, "num_key_value_heads": 2,
+        "head_dim": head_dim, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0, "sliding_window": window,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "query_pre_attn_scalar": head_dim, "hidden_activation": "gelu_pytorch_tanh",
+        "eos_token_id": 1, "tie_word_embeddings": true
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let weights = dir.join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&weights, &Device::Cpu).unwrap();
+    // Gemma stores w of x·(1 + w): a neutral norm is 0.
+    let zeros = |n: usize| Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap();
+    for (name, t) in tensors.iter_mut() {
+        if name.ends_with("norm.weight") {
+            *t = zeros(hidden);
+        }
+    }
+    for layer in 0..2 {
+        let p = format!("model.layers.{layer}");
+        let ffn = tensors
+            .remove(&format!("{p}.post_attention_layernorm.weight"))
+            .unwrap();
+        tensors.insert(format!("{p}.pre_feedforward_layernorm.weight"), ffn);
+        tensors.insert(
+            format!("{p}.post_attention_layernorm.weight"),
+            zeros(hidden),
+        );
+        tensors.insert(
+            format!("{p}.post_feedforward_layernorm.weight"),
+            zeros(hidden),
+        );
+        tensors.insert(format!("{p}.self_attn.q_norm.weight"), zeros(head_dim));
+        tensors.insert(format!("{p}.self_attn.k_norm.weight"), zeros(head_dim));
+    }
+    candle_core::safetensors::save(&tensors, &weights).unwrap();
+}

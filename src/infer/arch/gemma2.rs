@@ -8,7 +8,7 @@ use crate::infer::weights::GgufMetadata;
 /// `config.json` of gemma2 checkpoints.
 pub type Config = Common;
 
-const HF_NAMES: TensorNames = TensorNames {
+pub(super) const HF_NAMES: TensorNames = TensorNames {
     post_attn_norm: Some("model.layers.{i}.post_attention_layernorm"),
     ffn_norm: Some("model.layers.{i}.pre_feedforward_layernorm"),
     post_ffn_norm: Some("model.layers.{i}.post_feedforward_layernorm"),

@@ -50,6 +50,9 @@ pub fn from_config_file(path: &Path) -> Result<(Architecture, Vec<u32>), LocalEr
         "mistral" => Architecture::Decoder(Box::new(mistral::spec(&parse(&json)?).map_err(bad)?)),
         "gemma" => Architecture::Decoder(Box::new(gemma::spec(&parse(&json)?).map_err(bad)?)),
         "gemma2" => Architecture::Decoder(Box::new(gemma2::spec(&parse(&json)?).map_err(bad)?)),
+        "gemma3_text" => {
+            Architecture::Decoder(Box::new(gemma3::spec(&parse(&json)?).map_err(bad)?))
+        }
         "phi" => Architecture::Decoder(Box::new(phi::spec(&parse(&json)?).map_err(bad)?)),
         "phi3" => Architecture::Decoder(Box::new(phi3::spec(&parse(&json)?).map_err(bad)?)),
         "qwen2" => Architecture::Decoder(Box::new(qwen2::spec(&parse(&json)?).map_err(bad)?)),
@@ -144,6 +147,9 @@ pub struct Common {
     pub max_window_layers: Option<usize>,
     #[serde(default)]
     pub query_pre_attn_scalar: Option<f64>,
+    /// Gemma 3: rotary base of the sliding-window layers (transformers 4).
+    #[serde(default)]
+    pub rope_local_base_freq: Option<f64>,
     #[serde(default)]
     pub attn_logit_softcapping: Option<f64>,
     #[serde(default)]

@@ -1,0 +1,374 @@
+//! The llama/Gemma 3 trainer against its composed reference, finite differences, the
+//! engine, and its own saved checkpoints.
+
+use super::super::gemma3_config::Gemma3Shape;
+use super::ops::composed::*;
+use super::*;
+
+/// The hand-written ops agree with candle's fused inference kernels.
+#[test]
+fn composed_ops_match_the_fused_kernels() {
+    let device = Device::Cpu;
+    let xs = Tensor::randn(0f32, 1.0, (3, 2, 5, 8), &device).unwrap();
+    let close = |a: &Tensor, b: &Tensor| {
+        let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+        diff.to_scalar::<f32>().unwrap()
+    };
+    let fused = candle_nn::ops::softmax_last_dim(&xs).unwrap();
+    assert!(close(&softmax(&xs).unwrap(), &fused) < 1e-6);
+    let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, 8, &device).unwrap()).unwrap();
+    let fused = candle_nn::ops::rms_norm(&xs, w.as_tensor(), 1e-6).unwrap();
+    assert!(close(&rms_norm(&xs, w.as_tensor(), 1e-6).unwrap(), &fused) < 1e-5);
+    assert!(close(&silu(&xs).unwrap(), &candle_nn::ops::silu(&xs).unwrap()) < 1e-6);
+    // Rotary tables of the halves layout against candle's `rope` kernel.
+    let half = 4;
+    let cos = Tensor::randn(0f32, 1.0, (5, half), &device).unwrap();
+    let sin = Tensor::randn(0f32, 1.0, (5, half), &device).unwrap();
+    let fused = candle_nn::rotary_emb::rope(&xs, &cos, &sin).unwrap();
+    let cos2 = Tensor::cat(&[&cos, &cos], 1).unwrap();
+    let sin2 = Tensor::cat(&[&sin, &sin], 1).unwrap();
+    assert!(close(&rotate(&xs, &cos2, &sin2).unwrap(), &fused) < 1e-5);
+    let log = log_softmax(&xs).unwrap().exp().unwrap();
+    assert!(close(&log, &softmax(&xs).unwrap()) < 1e-6);
+}
+
+/// A 2-layer network of random weights (tied embeddings, grouped-query attention).
+fn tiny_model() -> LlamaTrainer {
+    tiny(None)
+}
+
+/// A 2-layer network of random weights: llama, or Gemma 3 when `gemma3` is given.
+fn tiny(gemma3: Option<Gemma3Shape>) -> LlamaTrainer {
+    let device = Device::Cpu;
+    let gemma = gemma3.is_some();
+    let config = LlamaConfig {
+        vocab_size: 40,
+        hidden_size: 16,
+        intermediate_size: 24,
+        num_layers: 2,
+        num_heads: 4,
+        num_kv_heads: 2,
+        head_dim: 4,
+        rms_eps: 1e-5,
+        rope_theta: if gemma { 1_000_000.0 } else { 10_000.0 },
+        tie_embeddings: true,
+        max_position_embeddings: 64,
+        bos_token_id: None,
+        eos_token_id: None,
+        gemma3,
+    };
+    let randn = |shape: &[usize], std: f32| Tensor::randn(0f32, std, shape, &device).unwrap();
+    // A norm's weight around 1 as it multiplies (Gemma stores it as `w` of `1 + w`).
+    let norm = |n: usize| {
+        let offset = if gemma { 0.0 } else { 1.0 };
+        (randn(&[n], 0.1) + offset).unwrap()
+    };
+    let (h, i) = (config.hidden_size, config.intermediate_size);
+    let layers = (0..config.num_layers)
+        .map(|_| {
+            let extra = gemma.then(|| [norm(4), norm(4), norm(h), norm(h)]);
+            let main = [
+                norm(h),
+                randn(&[16, h], 0.3),
+                randn(&[8, h], 0.3),
+                randn(&[8, h], 0.3),
+                randn(&[h, 16], 0.3),
+                norm(h),
+                randn(&[i, h], 0.3),
+                randn(&[i, h], 0.3),
+                randn(&[h, i], 0.3),
+            ];
+            (main, extra)
+        })
+        .collect();
+    LlamaTrainer::from_tensors(config, randn(&[40, h], 1.0), None, norm(h), layers).unwrap()
+}
+
+/// Token ids `(3, 10)` and loss weights `(3, 9)` with some positions out of the loss.
+fn tiny_batch() -> (Tensor, Tensor) {
+    let device = Device::Cpu;
+    let ids: Vec<u32> = (0..3 * 10).map(|i| (i * 13 % 40) as u32).collect();
+    let ids = Tensor::from_vec(ids, (3, 10), &device).unwrap();
+    let mut weights = vec![1f32; 3 * 9];
+    weights[20..].fill(0.0);
+    (ids, Tensor::from_vec(weights, (3, 9), &device).unwrap())
+}
+
+/// The network through the fused ops gives the loss and every weight's gradient of the
+/// network composed of plain candle ops (tied embeddings, grouped-query attention, some
+/// positions out of the loss).
+#[test]
+fn fused_network_matches_the_composed_one() {
+    let model = tiny_model();
+    let (ids, weights) = tiny_batch();
+    let fused = model.loss(&ids, &weights).unwrap();
+    let composed = model.composed_loss(&ids, &weights).unwrap();
+    let (a, b) = (
+        fused.to_scalar::<f32>().unwrap(),
+        composed.to_scalar::<f32>().unwrap(),
+    );
+    assert!((a - b).abs() < 1e-4, "fused loss {a}, composed {b}");
+    let (ga, gb) = (fused.backward().unwrap(), composed.backward().unwrap());
+    for (name, var) in model.named_vars() {
+        let (x, y) = (
+            ga.get(var.as_tensor()).unwrap(),
+            gb.get(var.as_tensor()).unwrap(),
+        );
+        let diff = (x - y).unwrap().abs().unwrap().max_all().unwrap();
+        let diff = diff.to_scalar::<f32>().unwrap();
+        assert!(diff < 1e-4, "{name}: gradients differ by {diff}");
+    }
+}
+
+/// Under LoRA (every projection adapted, B made non-zero) the loss is that of the
+/// merged weights, only the adapters get gradients, and an adapter's gradient is the
+/// loss's slope along it (central difference).
+#[test]
+fn lora_trains_adapters_only_and_merges_to_the_same_network() {
+    let mut settings = LoraSettings::new(2);
+    settings.targets = LoraTarget::ALL.to_vec();
+    settings.alpha = 4.0;
+    let model = tiny_model().with_lora(settings, 1).unwrap();
+    let lora = model.lora().unwrap();
+    for (_, var) in lora.named_vars() {
+        if var.dims()[1] == 2 {
+            var.set(&Tensor::randn(0f32, 0.3, var.dims(), &Device::Cpu).unwrap())
+                .unwrap();
+        }
+    }
+    let (ids, weights) = tiny_batch();
+    let loss = model.loss(&ids, &weights).unwrap();
+    let dir = std::env::temp_dir().join(format!("tabcontam-lora-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    model.save(&dir).unwrap();
+    let merged =
+        candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
+    let adapters =
+        candle_core::safetensors::load(dir.join(super::super::lora::ADAPTER_FILE), &Device::Cpu)
+            .unwrap();
+    assert_eq!(adapters.len(), 2 * 7 * 2);
+    assert!(adapters.contains_key("model.layers.1.mlp.down_proj.lora_B.weight"));
+    let layers = (0..2)
+        .map(|i| {
+            let get = |n: &str| merged[&format!("model.layers.{i}.{n}.weight")].clone();
+            let main = [
+                get("input_layernorm"),
+                get("self_attn.q_proj"),
+                get("self_attn.k_proj"),
+                get("self_attn.v_proj"),
+                get("self_attn.o_proj"),
+                get("post_attention_layernorm"),
+                get("mlp.gate_proj"),
+                get("mlp.up_proj"),
+                get("mlp.down_proj"),
+            ];
+            (main, None)
+        })
+        .collect();
+    let full = LlamaTrainer::from_tensors(
+        model.config.clone(),
+        merged["model.embed_tokens.weight"].clone(),
+        None,
+        merged["model.norm.weight"].clone(),
+        layers,
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let (a, b) = (
+        loss.to_scalar::<f32>().unwrap(),
+        full.loss(&ids, &weights)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap(),
+    );
+    assert!((a - b).abs() < 1e-4, "adapted {a}, merged {b}");
+
+    let grads = loss.backward().unwrap();
+    for (name, var) in model.named_vars() {
+        assert!(
+            grads.get(var.as_tensor()).is_none(),
+            "{name} got a gradient"
+        );
+    }
+    for (name, var) in model.trainable_vars() {
+        assert!(
+            grads.get(var.as_tensor()).is_some(),
+            "{name} got no gradient"
+        );
+    }
+    let (name, var) = &model.trainable_vars()[3];
+    let grad = grads.get(var.as_tensor()).unwrap();
+    let direction = Tensor::randn(0f32, 1.0, var.dims(), &Device::Cpu).unwrap();
+    let slope = (grad * &direction)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let original = var.as_tensor().copy().unwrap();
+    let at = |step: f64| {
+        var.set(&(&original + (&direction * step).unwrap()).unwrap())
+            .unwrap();
+        model
+            .loss(&ids, &weights)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap() as f64
+    };
+    // Richardson extrapolation of two central differences cancels their h² error: the
+    // random network's third derivative alone put one plain difference 4 % off in CI.
+    let central = |h: f64| (at(h) - at(-h)) / (2.0 * h);
+    let h = 1e-2;
+    let numeric = ((4.0 * central(h / 2.0) - central(h)) / 3.0) as f32;
+    assert!(
+        (numeric - slope).abs() < 2e-2 * slope.abs().max(1.0),
+        "{name}: gradient slope {slope}, central difference {numeric}"
+    );
+}
+
+/// Gemma 3's additions on the tiny network: one sliding and one global layer (rotary
+/// bases 10 000 and 1 000 000), a query scale that is not `head_dim`'s.
+fn tiny_gemma3(sliding_window: usize) -> LlamaTrainer {
+    tiny(Some(Gemma3Shape {
+        query_pre_attn_scalar: 8.0,
+        local_rope_theta: 10_000.0,
+        sliding_window,
+        sliding: vec![true, false],
+    }))
+}
+
+/// The gradient `grads` holds for `var` against the loss's slope along a random
+/// direction (Richardson extrapolation of two central differences, in f64).
+fn assert_slope_matches(
+    model: &LlamaTrainer,
+    name: &str,
+    var: &Var,
+    grads: &candle_core::backprop::GradStore,
+) {
+    let (ids, weights) = tiny_batch();
+    let grad = grads.get(var.as_tensor()).expect("a gradient");
+    let direction = Tensor::randn(0f32, 1.0, var.dims(), &Device::Cpu).unwrap();
+    let slope = (grad * &direction)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let original = var.as_tensor().copy().unwrap();
+    let at = |step: f64| {
+        var.set(&(&original + (&direction * step).unwrap()).unwrap())
+            .unwrap();
+        let loss = model.loss(&ids, &weights).unwrap();
+        loss.to_scalar::<f32>().unwrap() as f64
+    };
+    let central = |h: f64| (at(h) - at(-h)) / (2.0 * h);
+    let numeric = ((4.0 * central(5e-3) - central(1e-2)) / 3.0) as f32;
+    var.set(&original).unwrap();
+    assert!(
+        (numeric - slope).abs() < 2e-2 * slope.abs().max(1.0),
+        "{name}: gradient slope {slope}, central difference {numeric}"
+    );
+}
+
+/// Every Gemma 3 weight gets the gradient of its loss: the extra norms, the scaled
+/// embeddings, the GELU gate, both rotary bases, the sliding window.
+#[test]
+fn gemma3_gradients_match_the_loss_slopes() {
+    // A window shorter than the batch's 9 positions: the banded attention takes part.
+    let model = tiny_gemma3(4);
+    let (ids, weights) = tiny_batch();
+    let grads = model.loss(&ids, &weights).unwrap().backward().unwrap();
+    let vars = model.named_vars();
+    assert_eq!(vars.len(), 2 + 2 * 13);
+    for (name, var) in &vars {
+        assert!(
+            grads.get(var.as_tensor()).is_some(),
+            "{name} got no gradient"
+        );
+    }
+    for wanted in [
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.q_norm.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.1.post_attention_layernorm.weight",
+        "model.layers.1.pre_feedforward_layernorm.weight",
+        "model.layers.1.mlp.gate_proj.weight",
+        "model.layers.1.post_feedforward_layernorm.weight",
+        "model.norm.weight",
+    ] {
+        let (name, var) = vars.iter().find(|(n, _)| n == wanted).unwrap();
+        assert_slope_matches(&model, name, var, &grads);
+    }
+}
+
+/// A Gemma 3 network trained with LoRA, saved, gives the same next-token
+/// log-probabilities through the local engine (an independent implementation, checked
+/// against transformers by the parity tests) as its own loss, and reloads into the
+/// trainer as the same network: with a sliding window longer than the text (the fused
+/// causal op) and shorter (the banded attention).
+#[test]
+fn gemma3_checkpoint_scores_the_same_in_the_engine_and_reloads() {
+    for window in [16, 4] {
+        gemma3_checkpoint_round_trip(window);
+    }
+}
+
+fn gemma3_checkpoint_round_trip(window: usize) {
+    use crate::infer::arch::{Architecture, from_config_file};
+    use crate::infer::decoder::DecoderModel;
+    use crate::infer::score::score_decoder;
+
+    let mut settings = LoraSettings::new(2);
+    settings.targets = LoraTarget::ALL.to_vec();
+    let model = tiny_gemma3(window).with_lora(settings, 3).unwrap();
+    for (_, var) in model.lora().unwrap().named_vars() {
+        if var.dims()[1] == 2 {
+            var.set(&Tensor::randn(0f32, 0.3, var.dims(), &Device::Cpu).unwrap())
+                .unwrap();
+        }
+    }
+    let row: Vec<u32> = (0..12).map(|i| (i * 7 % 40) as u32).collect();
+    let ids = Tensor::from_vec(row.clone(), (1, 12), &Device::Cpu).unwrap();
+    let weights = Tensor::ones((1, 11), DType::F32, &Device::Cpu).unwrap();
+    let trained = model
+        .loss(&ids, &weights)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    model.save(dir.path()).unwrap();
+    let config = dir.path().join("config.json");
+    let shards = vec![dir.path().join("model.safetensors")];
+    let Architecture::Decoder(spec) = from_config_file(&config).unwrap().0 else {
+        panic!("a decoder")
+    };
+    assert_eq!(spec.arch, "gemma3_text");
+    assert_eq!(spec.sliding_window, vec![Some(window), None]);
+    let mut engine_weights = Weights::open_safetensors(&shards, &Device::Cpu, DType::F32).unwrap();
+    let engine = DecoderModel::load(&mut engine_weights, *spec).unwrap();
+    let scored = score_decoder(&engine, &row).unwrap();
+    let engine_loss = -scored.logprobs.iter().sum::<f64>() / scored.logprobs.len() as f64;
+    assert!(
+        (engine_loss as f32 - trained).abs() < 1e-4,
+        "window {window}: trainer {trained}, engine {engine_loss}"
+    );
+
+    let files = ModelFiles {
+        dir: dir.path().to_path_buf(),
+        format: WeightFormat::Safetensors { config, shards },
+        tokenizer: None,
+        generation_config: None,
+    };
+    let reloaded = LlamaTrainer::load(&files).unwrap();
+    assert_eq!(reloaded.config, model.config);
+    let again = reloaded
+        .loss(&ids, &weights)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(
+        (again - trained).abs() < 1e-5,
+        "merged {again}, adapted {trained}"
+    );
+}
