@@ -716,6 +716,48 @@ fn gemma3_trainer_loss_is_the_engines_log_likelihood() {
     );
 }
 
+/// The trainer reads the tiny `gemma3_text` model that transformers 5 wrote
+/// (`rope_parameters` per attention kind, a sliding window of 8 tokens shorter than the
+/// prompts) as the network the engine runs token for token like transformers: equal mean
+/// log-likelihood on every recorded prompt, the banded attention of the sliding layer
+/// included.
+#[test]
+fn tiny_gemma3_trainer_loss_is_the_engines_log_likelihood() {
+    use tabcontam::infer::ModelFiles;
+    use tabcontam::train::llama::LlamaTrainer;
+
+    let Some(dir) = tiny_models_dir() else { return };
+    let dir = dir.join("gemma3-text");
+    let why = format!("no tiny gemma3-text model in {}", dir.display());
+    let Some(dir) = skip::require(dir, |d| d.join("expected.json").is_file(), why) else {
+        return;
+    };
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let mut engine = LocalModel::load(&dir, &LocalOptions::default()).unwrap();
+    let trainer = LlamaTrainer::load(&ModelFiles::locate(&dir).unwrap()).unwrap();
+    assert_eq!(
+        trainer.config.gemma3.as_ref().unwrap().sliding,
+        vec![true, false]
+    );
+    let cases = expected["cases"].as_array().expect("cases");
+    for case in cases {
+        let prompt = ids(&case["input_ids"]);
+        let scored = engine.score_ids(&prompt).unwrap();
+        let engine_loss = -scored.logprobs.iter().sum::<f64>() / scored.logprobs.len() as f64;
+        let n = prompt.len();
+        let inputs = Tensor::from_vec(prompt, (1, n), &Device::Cpu).unwrap();
+        let weights = Tensor::ones((1, n - 1), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let loss = trainer.loss(&inputs, &weights).unwrap();
+        let loss = loss.to_scalar::<f32>().unwrap() as f64;
+        assert!(
+            (loss - engine_loss).abs() < 1e-4,
+            "{:?} ({n} tokens): trainer {loss:.6}, engine {engine_loss:.6}",
+            case["prompt"]
+        );
+    }
+}
+
 /// Our float32 log-probabilities against transformers' float32 ones (same weights, other
 /// summation orders): float noise only (measured: max 1e-4).
 const F32_DRIFT: DriftBound = DriftBound {
