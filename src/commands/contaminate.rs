@@ -6,18 +6,18 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::cli::ContaminateArgs;
-use crate::infer::fetch::ensure_default_model;
-use crate::run::local_exec::DEFAULT_MODEL;
+use crate::infer::fetch::{Mirrors, ensure_model_in, known_model, models_dir};
 use crate::train::{self, ContaminationSettings, RowSelection, TextForm, WindowLayout};
 
 pub fn run(args: ContaminateArgs) -> anyhow::Result<ExitCode> {
-    let model = if args.model == DEFAULT_MODEL {
-        tokio::runtime::Builder::new_current_thread()
+    // A known model's name (the default, `gemma3-270m`) is its file, fetched once, as in a
+    // spec; anything else is a path.
+    let model = match known_model(&args.model).filter(|known| known.name == args.model) {
+        Some(known) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(ensure_default_model())?
-    } else {
-        PathBuf::from(&args.model)
+            .block_on(ensure_model_in(known, &models_dir(), &Mirrors::from_env()))?,
+        None => PathBuf::from(&args.model),
     };
     let mut settings = ContaminationSettings::new(model, args.datasets, args.out);
     settings.data_dir = args.data.data_dir;
