@@ -15,6 +15,8 @@
 //! `TABCONTAM_BENCH_MODELS` (`smollm2,toy`), `_BATCH` (4), `_SEQ` (256), `_STEPS` (5),
 //! `_THREADS` (2), and the toy's `_HIDDEN` (256) and `_LAYERS` (4).
 //!
+//! `TABCONTAM_BENCH_ONLY=ours` runs our side alone and prints its JSON line (for a profiler).
+//!
 //! `TABCONTAM_BENCH_LORA=RANK` races LoRA instead (issue 23 item 3): our adapters against
 //! peft's `LoraConfig` at the same rank, alpha (= rank), targets (`_LORA_TARGETS`,
 //! default `attention`: q, k, v, o) and no dropout, the base frozen on both sides.
@@ -163,6 +165,11 @@ fn race(name: &str, shape: &LlamaShape, python: &str) {
             // this).
             .env("RAYON_NUM_THREADS", threads.to_string()),
     );
+    // `TABCONTAM_BENCH_ONLY=ours`: our side alone (for a profiler), its JSON line printed.
+    if std::env::var("TABCONTAM_BENCH_ONLY").as_deref() == Ok("ours") {
+        println!("{name}: {ours}");
+        return;
+    }
     let theirs = run_side(
         Command::new(python)
             .arg(concat!(

@@ -240,7 +240,10 @@ fn contaminate_takes_a_known_model_by_name() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("could not download gemma3-270m"), "{stderr}");
+    assert!(
+        stderr.contains("could not download gemma3-270m"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("does not exist"), "{stderr}");
     assert_eq!(
         stderr.lines().filter(|l| l.starts_with("error")).count(),

@@ -155,6 +155,8 @@ datasets = ["iris"]
         "iris",
         "--detector",
         "zlib",
+        "--reference",
+        "perturbed",
     ];
     let public = env.json(&[&public_args[..], &["--json"]].concat());
     assert!(public["truth"].is_null(), "no truth without a manifest");
@@ -200,6 +202,104 @@ datasets = ["iris"]
         "{text}"
     );
 
+    // The default for a model without held-out rows: column-matched synthetic rows (as
+    // many as the distinct rows drawn, none a row of the file), scored by the run.
+    let matched_args = [
+        "rows",
+        spec,
+        "--model",
+        "base",
+        "--dataset",
+        "iris",
+        "--detector",
+        "zlib",
+    ];
+    let matched = env.json(&[&matched_args[..], &["--json"]].concat());
+    assert_eq!(matched["reference"], "matched");
+    assert!(matched["truth"].is_null());
+    let rows = matched["rows"].as_array().unwrap();
+    let references: usize = matched["references"]
+        .as_str()
+        .unwrap()
+        .split_once(' ')
+        .and_then(|(n, _)| n.parse().ok())
+        .expect("the references' count");
+    assert_eq!(
+        references,
+        rows.len(),
+        "one matched row per distinct row drawn"
+    );
+    for row in rows {
+        let p = row["p_value"].as_f64().unwrap();
+        assert!(p >= 1.0 / (1 + references) as f64 && p <= 1.0, "{row}");
+        assert!(row["trained"].is_null(), "{row}");
+    }
+    let blind_low = matched["reference_blind"]["auroc_low"]
+        .as_f64()
+        .expect("the blind baseline of rows vs column-matched rows");
+    assert_eq!(matched["fair_references"], blind_low <= 0.5);
+    assert!(
+        env.ok(&matched_args)
+            .contains("rows vs column-matched rows")
+    );
+    // On the checkpoint the matched reference is measured against its manifest: every
+    // row of the file a candidate, a selected row not trained on a false identification.
+    let on_checkpoint = env.json(&[
+        "rows",
+        spec,
+        "--model",
+        "ckpt",
+        "--dataset",
+        "iris",
+        "--detector",
+        "zlib",
+        "--reference",
+        "matched",
+        "--json",
+    ]);
+    let rows = on_checkpoint["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 150);
+    let truth = &on_checkpoint["truth"];
+    assert_eq!(truth["trained"], 50);
+    let selected = rows.iter().filter(|r| r["selected"] == true).count();
+    let wrong = rows
+        .iter()
+        .filter(|r| r["selected"] == true && r["trained"] == false)
+        .count();
+    assert_eq!(truth["selected"], selected);
+    assert_eq!(truth["false_identifications"], wrong);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["trained"], i % 3 == 0, "{row}");
+    }
+    let refused = env.run(&[
+        "rows",
+        spec,
+        "--model",
+        "base",
+        "--dataset",
+        "iris",
+        "--reference",
+        "held-out",
+    ]);
+    one_line_error(
+        &refused,
+        &["no held-out rows of `iris`", "--reference matched"],
+    );
+    let unknown = env.run(&[
+        "rows",
+        spec,
+        "--model",
+        "ckpt",
+        "--dataset",
+        "iris",
+        "--reference",
+        "nearby",
+    ]);
+    one_line_error(
+        &unknown,
+        &["--reference \"nearby\"", "held-out, matched, perturbed"],
+    );
+
     // A dataset never scored, a bad rate: one line each. (The checkpoint's weights are
     // the base's here, so the cache shares the base's scores of synthetic:5:30 with it.)
     let unscored = env.run(&[
@@ -213,8 +313,8 @@ datasets = ["iris"]
     one_line_error(
         &unscored,
         &[
-            "membership texts of `synthetic-6-30`",
-            "no cached log-probabilities",
+            "column-matched rows) have no cached log-probabilities",
+            "`synthetic-6-30`",
         ],
     );
     let other_cache = env.path("other.sqlite");

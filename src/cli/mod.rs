@@ -508,6 +508,13 @@ pub struct RowsArgs {
     /// not (docs/guide/detectors.md).
     #[arg(long, value_name = "TEST", default_value = "min-k")]
     pub detector: String,
+    /// The rows known unseen each row is compared with: `held-out` (a checkpoint's rows held
+    /// out of training), `matched` (synthetic rows drawn from the file's own columns, which
+    /// `run` scores beside the likelihood tests) or `perturbed` (the membership test's
+    /// perturbed copies). Default: `held-out` on a checkpoint that has such rows, `matched`
+    /// otherwise.
+    #[arg(long, value_name = "KIND")]
+    pub reference: Option<String>,
     /// The template the rows were scored in (default: the model's first).
     #[arg(long, value_name = "ID")]
     pub serialization: Option<String>,

@@ -9,7 +9,7 @@ use anyhow::Context;
 
 use crate::cli::RowsArgs;
 use crate::likelihood::Detector;
-use crate::run::seen_rows::{RowsQuery, SeenRows, seen_rows};
+use crate::run::seen_rows::{Reference, RowsQuery, SeenRows, seen_rows};
 use crate::run::spec::Spec;
 use crate::store::Store;
 
@@ -27,6 +27,15 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
             Detector::ALL.map(|d| d.test_id()).join(", ")
         )
     })?;
+    let reference = match args.reference.as_deref() {
+        None => None,
+        Some(id) => Some(Reference::parse(id).with_context(|| {
+            format!(
+                "unknown --reference {id:?}: use one of {}",
+                Reference::IDS.join(", ")
+            )
+        })?),
+    };
     let spec = Spec::load(&args.spec)?;
     let store = Store::open_read_only(&args.cache.cache)?;
     let judged = seen_rows(
@@ -39,6 +48,7 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
             fdr: args.fdr,
             serialization: args.serialization.as_deref(),
             data_dir: args.data.data_dir.as_deref(),
+            reference,
         },
     )?;
     if let Some(path) = &args.out {
@@ -66,7 +76,7 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = &judged.truth {
         writeln!(
             out,
-            "against the manifest: {} of {} trained rows found (power {:.2}); {} held-out rows selected (false-identification rate {:.3})",
+            "against the manifest: {} of {} trained rows found (power {:.2}); {} rows not trained on selected (false-identification rate {:.3})",
             t.trained_found,
             t.trained,
             t.power,
@@ -75,9 +85,10 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     if let Some(di) = &judged.dataset_inference {
-        let split = match judged.truth {
-            Some(_) => "trained vs held-out rows",
-            None => "rows vs perturbed copies",
+        let split = match judged.reference.as_str() {
+            "matched" => "rows vs column-matched rows",
+            "perturbed" => "rows vs perturbed copies",
+            _ => "trained vs held-out rows",
         };
         writeln!(
             out,
@@ -96,9 +107,9 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
             "row", "score", "p", "q"
         )?;
         for r in judged.rows.iter().filter(|r| r.selected) {
-            let trained = match judged.truth {
-                Some(_) if r.reference => "no",
-                Some(_) => "yes",
+            let trained = match r.trained {
+                Some(false) => "no",
+                Some(true) => "yes",
                 None => "",
             };
             writeln!(
@@ -122,10 +133,7 @@ fn export(judged: &SeenRows, path: &Path) -> anyhow::Result<()> {
     let mut csv = String::from("row,score,p_value,q_value,selected,trained\n");
     for r in &judged.rows {
         // `trained` is known from a checkpoint's manifest only; empty otherwise.
-        let trained = match judged.truth {
-            Some(_) => (!r.reference).to_string(),
-            None => String::new(),
-        };
+        let trained = r.trained.map(|t| t.to_string()).unwrap_or_default();
         csv.push_str(&format!(
             "{},{},{},{},{},{trained}\n",
             r.row, r.score, r.p_value, r.q_value, r.selected

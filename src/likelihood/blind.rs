@@ -52,6 +52,11 @@ pub const MAX_TEXTS: usize = 400;
 /// The group pair of the likelihood detectors and the membership test (SPEC §8).
 pub const ORIGINAL_VS_PERTURBED: &str = "original-vs-perturbed";
 
+/// The group pair of the column-matched reference (`tabcontam rows` on a model without
+/// held-out rows): the membership test's distinct original rows against as many synthetic
+/// rows drawn from the file's columns ([`crate::probe::matched_rows`]).
+pub const ORIGINAL_VS_MATCHED: &str = "original-vs-matched";
+
 /// The group pair of a ground-truth cell: the checkpoint `model`'s rows trained on against
 /// its held-out rows (each checkpoint declares its own rows).
 pub fn trained_vs_held_out(model: &str) -> String {

@@ -27,6 +27,8 @@ pub struct RowJudgement {
     pub q_value: f64,
     /// `q_value ≤ fdr`.
     pub selected: bool,
+    /// Whether the model was trained on the row, where a checkpoint's manifest says.
+    pub trained: Option<bool>,
 }
 
 /// Judges `candidates` (rows whose status is asked) and `references` (rows known unseen,
@@ -83,6 +85,7 @@ fn judge(
                 p_value: (1 + others_above) as f64 / (1 + others) as f64,
                 q_value: 1.0,
                 selected: false,
+                trained: None,
             }
         })
         .collect();
@@ -133,6 +136,20 @@ pub fn against_truth(rows: &[RowJudgement]) -> SelectionTruth {
             n => trained_found as f64 / n as f64,
         },
     }
+}
+
+/// Scores a selection whose references are not rows of the dataset (column-matched rows)
+/// on a model whose trained rows are known (each judged row's `trained`): a selected row
+/// not trained on is a false identification.
+pub fn against_trained_rows(rows: &[RowJudgement]) -> SelectionTruth {
+    let judged: Vec<RowJudgement> = rows
+        .iter()
+        .map(|r| RowJudgement {
+            reference: r.trained == Some(false),
+            ..r.clone()
+        })
+        .collect();
+    against_truth(&judged)
 }
 
 #[cfg(test)]

@@ -219,3 +219,100 @@ pub(super) fn membership(ctx: &ProbeContext<'_>) -> Result<Probe, ProbeError> {
         skipped: None,
     })
 }
+
+/// Where the draws of the column-matched rows start among the membership test's trial
+/// numbers (far past its 100 trials, so no row shares a draw with a prompt).
+const MATCHED_TRIALS_FROM: u32 = 1_000_000;
+
+/// `count` column-matched synthetic rows (issue 26 item 4), serialized as the likelihood
+/// detectors score rows: each value drawn, seeded and independently, from its own column
+/// of the file, redrawn until the row equals no row of the file. They share the dataset's
+/// columns, value vocabulary and marginal distributions but no corpus holds them, so they
+/// are the unseen reference for a model that has no held-out rows of the dataset; whether
+/// the match is fair (text alone cannot tell them from the rows) is the blind baseline's
+/// to say. Or why the dataset has none (fewer than 2 rows, or every combination of its
+/// columns' values is a row of the file).
+pub fn matched_rows(
+    ctx: &ProbeContext<'_>,
+    count: usize,
+) -> Result<Result<Vec<String>, String>, ProbeError> {
+    let table = ctx.table();
+    if table.n_rows() < 2 || varying_columns(table).is_empty() {
+        return Ok(Err(
+            "needs at least 2 rows and a column with two values".into()
+        ));
+    }
+    let originals: HashSet<&[String]> = table.rows.iter().map(Vec::as_slice).collect();
+    let mut rows = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut rng = ctx.rng(TestId::Membership, MATCHED_TRIALS_FROM + i as u32);
+        let drawn = (0..MAX_REDRAWS).find_map(|_| {
+            let row: Vec<String> = (0..table.n_cols())
+                .map(|col| table.rows[rng.below(table.n_rows())][col].clone())
+                .collect();
+            (!originals.contains(row.as_slice())).then_some(row)
+        });
+        match drawn {
+            Some(row) => rows.push(serialize_cells(ctx, &row)),
+            None => {
+                return Ok(Err(
+                    "every row drawn from the columns' values is a row of the file".into(),
+                ));
+            }
+        }
+    }
+    Ok(Ok(rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::catalog::Catalog;
+    use crate::probe::PromptPack;
+
+    /// On iris: as many rows as asked, seeded, none a row of the file, every value taken
+    /// from its own column, and the rows not all alike.
+    #[test]
+    fn matched_rows_are_new_rows_of_the_files_own_values() {
+        let dataset = Catalog::open(None).unwrap().load("iris").unwrap();
+        let pack = PromptPack::builtin();
+        let serialization = crate::dataset::Serialization::builtin("colon").unwrap();
+        let ctx = ProbeContext {
+            dataset: &dataset,
+            serialization: &serialization,
+            seed: 0,
+            pack: &pack,
+            variant: crate::probe::Variant::Paper,
+        };
+        let rows = matched_rows(&ctx, 40).unwrap().unwrap();
+        assert_eq!(rows, matched_rows(&ctx, 40).unwrap().unwrap());
+        assert_eq!(rows.len(), 40);
+        let file: HashSet<String> = row_texts(&ctx).into_iter().collect();
+        assert!(rows.iter().all(|r| !file.contains(r)));
+        let distinct: HashSet<&String> = rows.iter().collect();
+        assert!(distinct.len() > 30, "{} distinct of 40", distinct.len());
+        let table = ctx.table();
+        let column_values: Vec<HashSet<&str>> = (0..table.n_cols())
+            .map(|c| table.rows.iter().map(|r| r[c].as_str()).collect())
+            .collect();
+        for row in &rows {
+            let values: Vec<&str> = row
+                .split(&serialization.feature_sep)
+                .map(|pair| {
+                    pair.rsplit(serialization.value_sep.as_str())
+                        .next()
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(values.len(), table.n_cols(), "{row}");
+            for (c, value) in values.iter().enumerate() {
+                assert!(
+                    column_values[c].contains(value),
+                    "{value} not in column {c}"
+                );
+            }
+        }
+        let other = ProbeContext { seed: 1, ..ctx };
+        assert_ne!(rows, matched_rows(&other, 40).unwrap().unwrap());
+    }
+}

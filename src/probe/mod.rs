@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{Dataset, Serialization, Table, Value};
 use crate::decide::{self, Alg1Profile, Alg2Scope, Answer, Cell, Dictionary, Word};
 pub use membership::MEMBERSHIP_ROW_NOTE;
-pub use membership::{LabeledRow, likelihood_rows, row_texts};
+pub use membership::{LabeledRow, likelihood_rows, matched_rows, row_texts};
 pub use pack::PromptPack;
 
 /// How the serialization of a test without rows (1, 2, 3, 6) is spelled in the cache,

@@ -49,6 +49,31 @@ impl BlindBaselines {
         })
     }
 
+    /// The baseline of the column-matched reference: `originals` (file row, text) against
+    /// the `matched` synthetic rows, which belong to no file row (each its own group).
+    pub fn original_vs_matched(
+        &mut self,
+        ctx: &ProbeContext<'_>,
+        originals: &[(usize, &str)],
+        matched: &[String],
+    ) -> Option<BlindAuroc> {
+        let rows = ctx.dataset.table.n_rows();
+        let texts: Vec<(&str, bool, usize)> = originals
+            .iter()
+            .map(|&(row, text)| (text, true, row))
+            .chain(
+                matched
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| (text.as_str(), false, rows + i)),
+            )
+            .collect();
+        let original_text: HashMap<usize, &str> = originals.iter().copied().collect();
+        self.compute(ctx, blind::ORIGINAL_VS_MATCHED, &texts, |row| {
+            original_text.get(&row).copied()
+        })
+    }
+
     /// The baseline of a checkpoint `model`'s rows: `texts` are the dataset's rows in file
     /// order ([`crate::probe::row_texts`]), `trained` whether the model was trained on each.
     pub fn trained_vs_held_out(

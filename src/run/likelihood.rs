@@ -20,7 +20,7 @@ use crate::likelihood::{
     row_order,
 };
 use crate::llm::client::Client;
-use crate::probe::{ProbeContext, PromptPack, TestId, likelihood_rows, row_texts};
+use crate::probe::{ProbeContext, PromptPack, TestId, likelihood_rows, matched_rows, row_texts};
 use crate::request::{ApiMode, BackendKind, ModelIdentity, ScoreKey, ScoreRequest, TokenLogprobs};
 use crate::store::{LikelihoodCellRow, RowOrderCellRow, RunId, Store};
 
@@ -274,6 +274,27 @@ pub fn run_likelihood(
                     continue;
                 }
                 let method = scores.method(0);
+                // The column-matched reference of `tabcontam rows` (a model without held-out
+                // rows): as many synthetic rows as distinct originals, scored into the cache
+                // beside them, with the blind baseline that says whether the match is fair.
+                let originals: Vec<(usize, &str)> =
+                    distinct(&texts, rows.iter().map(|r| r.original))
+                        .into_iter()
+                        .filter(|&(_, original)| original)
+                        .map(|(i, _)| (rows[i].row, texts[i].as_str()))
+                        .collect();
+                if let Ok(matched) = matched_rows(&ctx, originals.len())? {
+                    blind.original_vs_matched(&ctx, &originals, &matched);
+                    let live = Some(&mut scorer);
+                    if let (_, Some(reason)) =
+                        score_texts(&matched, identity, live, store, &mut outcome)?
+                    {
+                        outcome.errors.push(format!(
+                            "model `{}`: likelihood scoring of the column-matched rows of {} failed: {reason}",
+                            model.id, dataset.id
+                        ));
+                    }
+                }
                 // Ground truth (a checkpoint with held-out rows of this dataset): every row
                 // scored, rows trained on against rows never seen.
                 let trained = exposure.as_ref().and_then(|e| e.rows_trained(&dataset.id));

@@ -18,9 +18,9 @@ use crate::likelihood::dataset_inference::{
     DatasetInference, complete_features, dataset_inference,
 };
 use crate::likelihood::seen_rows::{
-    RowJudgement, SelectionTruth, against_truth, judge_candidates, judge_rows,
+    RowJudgement, SelectionTruth, against_trained_rows, against_truth, judge_candidates, judge_rows,
 };
-use crate::probe::{ProbeContext, PromptPack, likelihood_rows, row_texts};
+use crate::probe::{ProbeContext, PromptPack, likelihood_rows, matched_rows, row_texts};
 use crate::request::ScoreRequest;
 use crate::store::Store;
 
@@ -34,6 +34,33 @@ pub struct RowsQuery<'a> {
     /// The template the rows are serialized with; the model's first when `None`.
     pub serialization: Option<&'a str>,
     pub data_dir: Option<&'a Path>,
+    /// The rows known unseen; `None`: a checkpoint's held-out rows where it has them,
+    /// column-matched rows otherwise.
+    pub reference: Option<Reference>,
+}
+
+/// What a row's score is compared with: rows known unseen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reference {
+    /// A checkpoint's rows held out of training (its manifest).
+    HeldOut,
+    /// Synthetic rows drawn from the file's own columns ([`crate::probe::matched_rows`]).
+    Matched,
+    /// The membership test's perturbed copies.
+    Perturbed,
+}
+
+impl Reference {
+    pub const IDS: [&'static str; 3] = ["held-out", "matched", "perturbed"];
+
+    pub fn parse(id: &str) -> Option<Self> {
+        match id {
+            "held-out" => Some(Self::HeldOut),
+            "matched" => Some(Self::Matched),
+            "perturbed" => Some(Self::Perturbed),
+            _ => None,
+        }
+    }
 }
 
 /// The answer: every row of the dataset judged, and the selection against the truth.
@@ -44,6 +71,8 @@ pub struct SeenRows {
     pub detector: String,
     pub serialization: String,
     pub fdr: f64,
+    /// Which references were used: `held-out`, `matched` or `perturbed`.
+    pub reference: String,
     /// What the references (rows known unseen) are.
     pub references: String,
     pub rows: Vec<RowJudgement>,
@@ -112,8 +141,24 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
     };
     let revision = local_revision(model, spec_dir)?;
     let identity = super::plan::identity(model, revision.as_deref());
-    let Some(trained) = trained else {
-        return against_perturbed_copies(spec, store, query, model, &ctx, &identity);
+    let reference = match (query.reference, trained) {
+        (None | Some(Reference::HeldOut), Some(_)) => Reference::HeldOut,
+        (None, None) => Reference::Matched,
+        (Some(Reference::HeldOut), None) => anyhow::bail!(
+            "model `{}` has no held-out rows of `{}` (it is not a checkpoint trained on part of it): use --reference matched or --reference perturbed",
+            model.id,
+            dataset.id
+        ),
+        (Some(other), _) => other,
+    };
+    let trained = match (reference, trained) {
+        (Reference::Perturbed, _) => {
+            return against_perturbed_copies(spec, store, query, model, &ctx, &identity);
+        }
+        (Reference::Matched, trained) => {
+            return against_matched_rows(spec, store, query, model, &ctx, &identity, trained);
+        }
+        (Reference::HeldOut, trained) => trained.expect("held-out rows are a checkpoint's"),
     };
     let texts = row_texts(&ctx);
     let keys = score_keys(&identity, texts.iter());
@@ -163,13 +208,17 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
     }
     let (suspect, held_out) = complete_features(&suspect_features, &held_out_features);
     let inference = dataset_inference(&suspect, &held_out, spec.seed);
-    let rows = judge_rows(&candidates, &references, query.fdr);
+    let mut rows = judge_rows(&candidates, &references, query.fdr);
+    for row in &mut rows {
+        row.trained = Some(!row.reference);
+    }
     Ok(SeenRows {
         model: model.id.clone(),
         dataset: dataset.id.clone(),
         detector: query.detector.test_id().to_string(),
         serialization: serialization.id.clone(),
         fdr: query.fdr,
+        reference: "held-out".into(),
         references: format!(
             "the {} rows held out of training (manifest), each judged against the others",
             references.len()
@@ -248,6 +297,37 @@ fn against_perturbed_copies(
     let (suspect, held_out) = complete_features(&suspect_features, &copy_features);
     let inference = dataset_inference(&suspect, &held_out, spec.seed);
     let pair = crate::likelihood::blind::group_pair_of_cell(&model.id, query.detector.test_id());
+    let (blind, fair, verdict) = fairness(spec, store, ctx, &pair)?;
+    let rows = judge_candidates(&candidates, &references, query.fdr);
+    Ok(SeenRows {
+        model: model.id.clone(),
+        dataset: ctx.dataset.id.clone(),
+        detector: query.detector.test_id().to_string(),
+        serialization: ctx.serialization.id.clone(),
+        fdr: query.fdr,
+        reference: "perturbed".into(),
+        references: format!(
+            "the {} perturbed copies of the membership test (values altered, so in no corpus); {verdict}",
+            references.len()
+        ),
+        truth: None,
+        rows,
+        reference_blind: blind,
+        fair_references: fair,
+        dataset_inference: inference,
+    })
+}
+
+/// The blind baseline of `group_pair` on the cell's dataset and template, whether it makes
+/// the references fair (the texts alone do not tell the groups apart: the interval holds
+/// 0.5; one below it also means the texts differ, the folds' lesson reversing), and the
+/// sentence that says so.
+fn fairness(
+    spec: &Spec,
+    store: &Store,
+    ctx: &ProbeContext,
+    group_pair: &str,
+) -> anyhow::Result<(Option<BlindAuroc>, Option<bool>, String)> {
     let blind = store
         .blind_baselines()?
         .into_iter()
@@ -255,11 +335,9 @@ fn against_perturbed_copies(
             b.dataset == ctx.dataset.id
                 && b.serialization == ctx.serialization.id
                 && b.seed == spec.seed
-                && b.group_pair == pair
+                && b.group_pair == group_pair
         })
         .map(|b| b.stats);
-    // Fair when the texts alone do not tell the groups apart: the interval holds 0.5 (one
-    // below it also means the texts differ, the folds' lesson reversing).
     let fair = blind.map(|b| b.auroc_low <= 0.5 && 0.5 <= b.auroc_high);
     let verdict = match (blind, fair) {
         (Some(b), Some(true)) => format!(
@@ -274,18 +352,120 @@ fn against_perturbed_copies(
             "no blind baseline in the cache to say whether they are a fair reference".into()
         }
     };
-    let rows = judge_candidates(&candidates, &references, query.fdr);
+    Ok((blind, fair, verdict))
+}
+
+/// Judges against column-matched synthetic rows (as many as the membership test's distinct
+/// original rows, scored by the run's likelihood phase): the candidates are every row of
+/// the file on a checkpoint whose trained rows are known (the selection then scored
+/// against them), the membership test's distinct rows otherwise; dataset inference over
+/// the same two groups, and the blind baseline on whether the match is fair.
+fn against_matched_rows(
+    spec: &Spec,
+    store: &Store,
+    query: &RowsQuery,
+    model: &super::spec::ModelSpec,
+    ctx: &ProbeContext,
+    identity: &crate::request::ModelIdentity,
+    trained: Option<&[usize]>,
+) -> anyhow::Result<SeenRows> {
+    let spec_path = spec.path.display();
+    let drawn = likelihood_rows(ctx)?.map_err(|reason| {
+        anyhow::anyhow!(
+            "`{}` has no membership rows to match ({reason}): use --reference held-out on a checkpoint trained on part of it",
+            ctx.dataset.id
+        )
+    })?;
+    let texts: Vec<String> = drawn.iter().map(|r| r.text.clone()).collect();
+    let originals: Vec<(usize, String)> =
+        super::likelihood::distinct(&texts, drawn.iter().map(|r| r.original))
+            .into_iter()
+            .filter(|&(_, original)| original)
+            .map(|(i, _)| (drawn[i].row, texts[i].clone()))
+            .collect();
+    let matched = matched_rows(ctx, originals.len())?.map_err(|reason| {
+        anyhow::anyhow!(
+            "`{}` has no column-matched rows ({reason}): use --reference perturbed",
+            ctx.dataset.id
+        )
+    })?;
+    let candidates: Vec<(usize, String)> = match trained {
+        Some(_) => row_texts(ctx).into_iter().enumerate().collect(),
+        None => originals,
+    };
+    let candidate_keys = score_keys(identity, candidates.iter().map(|(_, t)| t));
+    let matched_keys = score_keys(identity, matched.iter());
+    let all_keys: Vec<_> = candidate_keys
+        .iter()
+        .chain(&matched_keys)
+        .copied()
+        .collect();
+    let found = store.logprobs(&all_keys)?;
+    let missing = all_keys.iter().filter(|k| !found.contains_key(k)).count();
+    if missing > 0 {
+        anyhow::bail!(
+            "{missing} of {} texts of `{}` (rows and column-matched rows) have no cached log-probabilities under `{}`: run `tabcontam run {spec_path} --model {}` with \"likelihood\" among the spec's tests first",
+            all_keys.len(),
+            ctx.dataset.id,
+            model.id,
+            model.id
+        );
+    }
+    let score = |text: &String, key, row: usize| -> anyhow::Result<(f64, Vec<Option<f64>>)> {
+        let logprobs = &found[key].1;
+        let features = Detector::ALL
+            .iter()
+            .map(|d| d.score(text, logprobs))
+            .collect();
+        let score = query.detector.score(text, logprobs).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} cannot score the text of row {row} from the cached log-probabilities ({}); choose another --detector",
+                query.detector.test_id(),
+                found[key].0
+            )
+        })?;
+        Ok((score, features))
+    };
+    let (mut scored, mut references) = (Vec::new(), Vec::new());
+    let (mut suspect_features, mut matched_features) = (Vec::new(), Vec::new());
+    for ((row, text), key) in candidates.iter().zip(&candidate_keys) {
+        let (s, features) = score(text, key, *row)?;
+        scored.push((*row, s));
+        suspect_features.push(features);
+    }
+    for (i, (text, key)) in matched.iter().zip(&matched_keys).enumerate() {
+        let (s, features) = score(text, key, i)?;
+        references.push((i, s));
+        matched_features.push(features);
+    }
+    let (suspect, held_out) = complete_features(&suspect_features, &matched_features);
+    let inference = dataset_inference(&suspect, &held_out, spec.seed);
+    let (blind, fair, verdict) = fairness(
+        spec,
+        store,
+        ctx,
+        crate::likelihood::blind::ORIGINAL_VS_MATCHED,
+    )?;
+    let mut rows = judge_candidates(&scored, &references, query.fdr);
+    let truth = trained.map(|trained| {
+        let trained: std::collections::HashSet<usize> = trained.iter().copied().collect();
+        for row in &mut rows {
+            row.trained = Some(trained.contains(&row.row));
+        }
+        against_trained_rows(&rows)
+    });
     Ok(SeenRows {
         model: model.id.clone(),
         dataset: ctx.dataset.id.clone(),
         detector: query.detector.test_id().to_string(),
         serialization: ctx.serialization.id.clone(),
         fdr: query.fdr,
+        reference: "matched".into(),
         references: format!(
-            "the {} perturbed copies of the membership test (values altered, so in no corpus); {verdict}",
+            "{} column-matched synthetic rows (each value drawn from its own column of the file, no row of it); {verdict}",
             references.len()
         ),
-        truth: None,
+        truth,
         rows,
         reference_blind: blind,
         fair_references: fair,

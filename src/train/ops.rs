@@ -310,8 +310,8 @@ type HeadGrads = (Tensor, Option<Tensor>);
 
 /// The output head and its mean cross-entropy: `hidden` `(n, h)` times `weight` `(vocab, h)`
 /// transposed, softmax cross-entropy against `targets`, each token's loss weighted and
-/// the sum divided by `count`. The logits exist one chunk at a time, in the forward pass and
-/// again (recomputed) in the backward pass.
+/// the sum divided by `count`. The logits exist one chunk at a time; when training, each
+/// chunk's gradients are taken from it before the next chunk is computed.
 struct HeadCrossEntropy {
     targets: Vec<u32>,
     weights: Vec<f32>,
@@ -373,47 +373,64 @@ impl HeadCrossEntropy {
     }
 }
 
-impl CustomOp2 for HeadCrossEntropy {
+/// The head's loss with its gradients worked out in the same pass over the logits (the
+/// training path): its backward pass only scales them by the upstream gradient, so each
+/// step computes the `tokens × vocab` logits once instead of again in the backward pass
+/// (a sixteenth of a SmolLM2 step's multiply-adds). Holding `d weight` from the end of the
+/// forward pass costs no peak memory: the backward pass starts with this op.
+struct PrecomputedHead {
+    loss: f32,
+    grads: std::sync::Mutex<Option<HeadGrads>>,
+}
+
+impl CustomOp2 for PrecomputedHead {
     fn name(&self) -> &'static str {
         "train-head-cross-entropy"
     }
 
     fn cpu_fwd(
         &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        // Rebuilt as tensors so that the chunk matmuls are candle's (gemm, on every core).
-        let device = candle_core::Device::Cpu;
-        let hidden = Tensor::from_slice(slice(s1, l1, self.name())?, l1.shape(), &device)?;
-        let weight = Tensor::from_slice(slice(s2, l2, self.name())?, l2.shape(), &device)?;
-        let (loss, _) = self.run(&hidden, &weight, None, false)?;
-        Ok((
-            CpuStorage::F32(vec![(loss / f64::from(self.count)) as f32]),
-            Shape::from(()),
-        ))
+        Ok((CpuStorage::F32(vec![self.loss]), Shape::from(())))
     }
 
     fn bwd(
         &self,
-        hidden: &Tensor,
-        weight: &Tensor,
+        _hidden: &Tensor,
+        _weight: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let scale = grad.to_dtype(DType::F32)?.to_scalar::<f32>()? / self.count;
-        let weight_grad = weight.track_op();
-        let (_, grads) = self.run(&hidden.detach(), &weight.detach(), Some(scale), weight_grad)?;
-        let (dh, dw) = grads.expect("gradients were asked for");
-        Ok((Some(dh), dw))
+        let Some((dh, dw)) = self
+            .grads
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("head gradients: lock poisoned".into()))?
+            .take()
+        else {
+            bail!(
+                "head cross-entropy: one backward pass per forward pass (its gradients were handed over)"
+            )
+        };
+        let scale = grad.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+        let scaled = |t: Tensor| {
+            if scale == 1.0 {
+                Ok(t)
+            } else {
+                t.affine(f64::from(scale), 0.0)
+            }
+        };
+        Ok((Some(scaled(dh)?), dw.map(scaled).transpose()?))
     }
 }
 
 /// Mean cross-entropy of the next-token logits `hidden · weightᵀ` against `targets`, over
 /// the positions whose `weights` entry is 1 (`count` of them; 0-weighted positions add
-/// nothing), without ever holding more than one chunk of logits.
+/// nothing), without ever holding more than one chunk of logits. When `hidden` is part of
+/// a graph (training), the gradients are computed with the loss, in the same chunks.
 pub fn head_cross_entropy(
     hidden: &Tensor,
     weight: &Tensor,
@@ -426,7 +443,23 @@ pub fn head_cross_entropy(
         weights,
         count: count.max(1.0),
     };
-    hidden.contiguous()?.apply_op2(&weight.contiguous()?, op)
+    let (hidden, weight) = (hidden.contiguous()?, weight.contiguous()?);
+    let training = hidden.track_op() || weight.track_op();
+    let (loss, grads) = op.run(
+        &hidden.detach(),
+        &weight.detach(),
+        training.then_some(1.0 / op.count),
+        weight.track_op(),
+    )?;
+    let loss = (loss / f64::from(op.count)) as f32;
+    if !training {
+        return Tensor::new(loss, hidden.device());
+    }
+    let precomputed = PrecomputedHead {
+        loss,
+        grads: std::sync::Mutex::new(grads),
+    };
+    hidden.apply_op2(&weight, precomputed)
 }
 
 /// Causal attention probabilities straight from the rotated queries `(batch, seq, heads,
