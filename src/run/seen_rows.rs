@@ -178,23 +178,8 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
     // Dataset inference's features: every detector's score of the row (rows a detector
     // cannot score leave that detector out of the combination).
     let (mut suspect_features, mut held_out_features) = (Vec::new(), Vec::new());
-    let chosen = Detector::ALL
-        .iter()
-        .position(|&d| d == query.detector)
-        .expect("every detector is in ALL");
     for (row, (text, key)) in texts.iter().zip(&keys).enumerate() {
-        let logprobs = &found[key].1;
-        let features: Vec<Option<f64>> = Detector::ALL
-            .iter()
-            .map(|d| d.score(text, logprobs))
-            .collect();
-        let Some(score) = features[chosen] else {
-            anyhow::bail!(
-                "{} cannot score row {row} from the cached log-probabilities ({}); choose another --detector",
-                query.detector.test_id(),
-                found[key].0
-            );
-        };
+        let (score, features) = detector_scores(query.detector, text, &found[key], row)?;
         match seen.contains(&row) {
             true => {
                 candidates.push((row, score));
@@ -273,19 +258,7 @@ fn against_perturbed_copies(
     let (mut candidates, mut references) = (Vec::new(), Vec::new());
     let (mut suspect_features, mut copy_features) = (Vec::new(), Vec::new());
     for (r, key) in drawn.iter().zip(&keys) {
-        let logprobs = &found[key].1;
-        let features: Vec<Option<f64>> = Detector::ALL
-            .iter()
-            .map(|d| d.score(&r.text, logprobs))
-            .collect();
-        let Some(score) = query.detector.score(&r.text, logprobs) else {
-            anyhow::bail!(
-                "{} cannot score the texts of row {} from the cached log-probabilities ({}); choose another --detector",
-                query.detector.test_id(),
-                r.row,
-                found[key].0
-            );
-        };
+        let (score, features) = detector_scores(query.detector, &r.text, &found[key], r.row)?;
         if r.original {
             candidates.push((r.row, score));
             suspect_features.push(features);
@@ -411,30 +384,15 @@ fn against_matched_rows(
             model.id
         );
     }
-    let score = |text: &String, key, row: usize| -> anyhow::Result<(f64, Vec<Option<f64>>)> {
-        let logprobs = &found[key].1;
-        let features = Detector::ALL
-            .iter()
-            .map(|d| d.score(text, logprobs))
-            .collect();
-        let score = query.detector.score(text, logprobs).ok_or_else(|| {
-            anyhow::anyhow!(
-                "{} cannot score the text of row {row} from the cached log-probabilities ({}); choose another --detector",
-                query.detector.test_id(),
-                found[key].0
-            )
-        })?;
-        Ok((score, features))
-    };
     let (mut scored, mut references) = (Vec::new(), Vec::new());
     let (mut suspect_features, mut matched_features) = (Vec::new(), Vec::new());
     for ((row, text), key) in candidates.iter().zip(&candidate_keys) {
-        let (s, features) = score(text, key, *row)?;
+        let (s, features) = detector_scores(query.detector, text, &found[key], *row)?;
         scored.push((*row, s));
         suspect_features.push(features);
     }
     for (i, (text, key)) in matched.iter().zip(&matched_keys).enumerate() {
-        let (s, features) = score(text, key, i)?;
+        let (s, features) = detector_scores(query.detector, text, &found[key], i)?;
         references.push((i, s));
         matched_features.push(features);
     }
@@ -471,6 +429,30 @@ fn against_matched_rows(
         fair_references: fair,
         dataset_inference: inference,
     })
+}
+
+/// A text's score under `detector` and its features for dataset inference (every
+/// detector's score; one that cannot score the text leaves itself out of the combination),
+/// from its cached (method, log-probabilities); an error naming the row when `detector`
+/// cannot score it.
+fn detector_scores(
+    detector: Detector,
+    text: &str,
+    (method, logprobs): &(String, crate::request::TokenLogprobs),
+    row: usize,
+) -> anyhow::Result<(f64, Vec<Option<f64>>)> {
+    let features: Vec<Option<f64>> = Detector::ALL
+        .iter()
+        .map(|d| d.score(text, logprobs))
+        .collect();
+    let chosen = Detector::ALL.iter().position(|&d| d == detector);
+    match chosen.and_then(|i| features[i]) {
+        Some(score) => Ok((score, features)),
+        None => anyhow::bail!(
+            "{} cannot score the text of row {row} from the cached log-probabilities ({method}); choose another --detector",
+            detector.test_id()
+        ),
+    }
 }
 
 /// The cache keys of `texts` scored by `identity` (as the likelihood phase stored them).
