@@ -1,8 +1,8 @@
-//! A fine-tuned checkpoint run quantized (`quantize = "q8_0"`): the same safetensors folder
-//! under two model entries, f32 and Q8_0, answers under two identities (the quantized
-//! answers are never taken for the f32 weights' and the other way round), both answer
-//! every request, and they agree on most answers; the key on a GGUF file is a one-line
-//! error naming it.
+//! A fine-tuned checkpoint run quantized (`quantize = "q8_0"` or `"q4_1"`): the same
+//! safetensors folder under three model entries, f32, Q8_0 and Q4_1, answers under three
+//! identities (the quantized answers are never taken for the f32 weights' and the other
+//! way round), all answer every request, and they agree on most answers; the key on a GGUF
+//! file is a one-line error naming it.
 
 #[path = "support/cli_env.rs"]
 mod cli_env;
@@ -36,6 +36,12 @@ id = "q8"
 backend = "local"
 model = "{checkpoint}"
 quantize = "q8_0"
+
+[[models]]
+id = "q4"
+backend = "local"
+model = "{checkpoint}"
+quantize = "q4_1"
 "#,
             checkpoint = checkpoint.display()
         ),
@@ -51,10 +57,13 @@ quantize = "q8_0"
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    assert_eq!(revisions.len(), 2, "{revisions:?}");
+    assert_eq!(revisions.len(), 3, "{revisions:?}");
     assert_eq!(
-        revisions[1],
-        format!("{}+q8_0", revisions[0]),
+        revisions[1..],
+        [
+            format!("{}+q4_1", revisions[0]),
+            format!("{}+q8_0", revisions[0])
+        ],
         "the quantized identity is the weights' digest plus the quantization"
     );
     // Both answered every request of the cell, each under its own identity, prompt by
@@ -75,13 +84,16 @@ quantize = "q8_0"
             .collect()
     };
     let full = answers(&revisions[0]);
-    let quantized = answers(&revisions[1]);
+    let four_bit = answers(&revisions[1]);
+    let quantized = answers(&revisions[2]);
     assert!(!full.is_empty());
-    assert_eq!(
-        full.iter().map(|(p, q, _)| (p, q)).collect::<Vec<_>>(),
-        quantized.iter().map(|(p, q, _)| (p, q)).collect::<Vec<_>>(),
-        "the same requests under both identities"
-    );
+    for other in [&four_bit, &quantized] {
+        assert_eq!(
+            full.iter().map(|(p, q, _)| (p, q)).collect::<Vec<_>>(),
+            other.iter().map(|(p, q, _)| (p, q)).collect::<Vec<_>>(),
+            "the same requests under every identity"
+        );
+    }
     // 8-bit weights with one scale per 32 move logits by far less than the gaps of most
     // greedy choices, but the tiny model's random weights write 256 tokens of near ties:
     // the answers start alike and part later. Every answer's first 16 words agree.
@@ -99,6 +111,13 @@ quantize = "q8_0"
     assert!(
         shared.iter().all(|&words| words >= 16),
         "words shared by the f32 and Q8_0 answers: {shared:?}"
+    );
+    // Q4_1 (16 levels per block of 32) moves far more than Q8_0 on this tiny model of
+    // random weights and near ties: its answers part from the f32 ones at once, so how
+    // close its numbers stay is checked on log-probabilities below, not on these texts.
+    assert!(
+        full.iter().zip(&four_bit).any(|(a, b)| a.2 != b.2),
+        "Q4_1 weights answer exactly as f32 ones: the quantization did not happen"
     );
 
     // A second run sends nothing: both identities answer from the cache.
@@ -131,3 +150,56 @@ quantize = "q8_0"
     let output = env.run(&["run", bad.to_str().unwrap(), "--quiet"]);
     one_line_error(&output, &["quantized-gguf", "quantize", "remove the key"]);
 }
+
+/// The log-probabilities a checkpoint gives a text move little when it is quantized, and
+/// in order: Q8_0 less than Q4_1 (whose tied head and embeddings are Q8_0, the layout of
+/// SmolLM2's Q4_1 file); both move them (the quantization happened).
+#[test]
+fn quantized_checkpoints_score_texts_close_to_f32() {
+    use tabcontam::infer::{LocalModel, LocalOptions, weights::Quantize};
+    let env = Env::new();
+    let checkpoint = env.path("checkpoint");
+    let (tokenizer, vocab) = tiny_llama::piece_tokenizer(TEXT);
+    let shape = tiny_llama::LlamaShape {
+        vocab,
+        hidden: 128,
+        intermediate: 384,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        tied: true,
+    };
+    tiny_llama::write_llama(&checkpoint, &tokenizer, &shape);
+    let score = |quantize: Option<Quantize>| -> Vec<f64> {
+        let options = LocalOptions {
+            quantize,
+            ..LocalOptions::default()
+        };
+        let mut model = LocalModel::load(&checkpoint, &options).unwrap();
+        model.score_text(TEXT).unwrap().logprobs
+    };
+    let full = score(None);
+    let moved = |quantize| -> f64 {
+        let other = score(Some(quantize));
+        assert_eq!(other.len(), full.len());
+        full.iter()
+            .zip(&other)
+            .map(|(a, b)| (a - b).abs())
+            .sum::<f64>()
+            / full.len() as f64
+    };
+    let (eight_bit, four_bit) = (moved(Quantize::Q8_0), moved(Quantize::Q4_1));
+    let mean = full.iter().map(|v| v.abs()).sum::<f64>() / full.len() as f64;
+    eprintln!("mean |log p| {mean:.4}; moved by Q8_0 {eight_bit:.6}, by Q4_1 {four_bit:.6}");
+    assert!(
+        eight_bit > 0.0 && four_bit > eight_bit,
+        "{eight_bit} vs {four_bit}"
+    );
+    assert!(
+        four_bit < 0.01 * mean,
+        "Q4_1 moved log-probabilities by {four_bit}"
+    );
+}
+
+const TEXT: &str = "sepal length: 5.1, sepal width: 3.5, petal length: 1.4, species: setosa\n\
+sepal length: 4.9, sepal width: 3.0, petal length: 1.4, species: setosa\n";

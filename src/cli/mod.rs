@@ -214,7 +214,7 @@ pub struct ContaminateArgs {
     /// A checkpoint every N epochs (the last epoch always gets one).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub checkpoint_every: usize,
-    /// AdamW learning rate (constant).
+    /// AdamW learning rate (with `--lr-schedule cosine`, the rate at the first step).
     #[arg(long, default_value_t = 1e-4)]
     pub lr: f64,
     #[arg(long, default_value_t = 0.0)]

@@ -351,12 +351,24 @@ impl DecoderModel {
         let embed_name = format!("{}.weight", names.embed);
         let embed = if weights.is_gguf() && !weights.dequantize {
             Embedding::Quantized(Arc::new(weights.quantized(&embed_name)?))
+        } else if let Some(table) = weights.quantized_vocabulary_table(&embed_name)? {
+            Embedding::Quantized(Arc::new(table))
         } else {
             Embedding::Dense(weights.tensor(&embed_name)?)
         };
         let lm_head_name = format!("{}.weight", names.lm_head);
         let lm_head = if weights.has(&lm_head_name) {
-            Linear::load(weights, names.lm_head)?
+            let biased = weights.has(&format!("{}.bias", names.lm_head));
+            match (!biased)
+                .then(|| weights.quantized_vocabulary_table(&lm_head_name))
+                .transpose()?
+                .flatten()
+            {
+                Some(head) => Linear::from_weight(
+                    QMatMul::from_qtensor(head).context(|| format!("loading {lm_head_name}"))?,
+                ),
+                None => Linear::load(weights, names.lm_head)?,
+            }
         } else {
             // Tied embeddings: the output projection is the embedding matrix (the same
             // quantized blocks, shared).

@@ -251,4 +251,40 @@ mod tests {
             }
         }
     }
+
+    /// A weight quantized to Q4_1 here (a checkpoint's `quantize = "q4_1"`) multiplies as
+    /// its own dequantized values do, one block per row (hidden 32) and many.
+    #[test]
+    fn weights_quantized_to_q4_1_multiply_as_their_values() {
+        let device = Device::Cpu;
+        for (n, k) in [(48, 32), (70, 512)] {
+            let weight = Tensor::randn(0f32, 0.5, (n, k), &device).unwrap();
+            let xs = Tensor::randn(0f32, 1.0, (3, k), &device).unwrap();
+            let q = QTensor::quantize(&weight, GgmlDType::Q4_1).unwrap();
+            let values = q.dequantize(&device).unwrap();
+            let step = (&values - &weight)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap();
+            assert!(
+                step.to_scalar::<f32>().unwrap() < 0.5,
+                "Q4_1 codes stray far"
+            );
+            let ours = matmul(&xs, &q).unwrap().to_vec2::<f32>().unwrap();
+            let exact = xs
+                .matmul(&values.t().unwrap())
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            for (a, b) in ours.iter().flatten().zip(exact.iter().flatten()) {
+                // The activations are quantized to 8 bits: an error of a few per mille.
+                assert!(
+                    (a - b).abs() <= 0.02 * (k as f32).sqrt(),
+                    "{n}x{k}: {a} vs {b}"
+                );
+            }
+        }
+    }
 }

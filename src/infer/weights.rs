@@ -44,14 +44,20 @@ pub struct Weights {
     pub arch: String,
 }
 
-/// The block type dense weights are quantized to at load (`quantize = "q8_0"` in a local
-/// model's spec): Q8_0 keeps 8 bits per weight with one scale per 32 (an error far below
-/// the 8-bit activations' own), and has SIMD kernels for decoding and int8 panels for
-/// prefill.
+/// The block type dense weights are quantized to at load (`quantize = …` in a local model's
+/// spec).
+/// - `q8_0`: the matmul weights in Q8_0, 8 bits per weight with one scale per 32 (an error
+///   far below the 8-bit activations' own); the embedding table, and so a tied output
+///   head, stays f32. Answers cached under `+q8_0` were computed that way, so it stays so.
+/// - `q4_1`: the base GGUF's own layout (SmolLM2's Q4_1 file): matmul weights in Q4_1, the
+///   embedding table and a tied head in Q8_0. The checkpoint then reads as many bytes per
+///   decoded token as its base and runs through the same kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Quantize {
     #[serde(rename = "q8_0")]
     Q8_0,
+    #[serde(rename = "q4_1")]
+    Q4_1,
 }
 
 impl Quantize {
@@ -59,12 +65,23 @@ impl Quantize {
     pub fn name(self) -> &'static str {
         match self {
             Quantize::Q8_0 => "q8_0",
+            Quantize::Q4_1 => "q4_1",
         }
     }
 
     fn dtype(self) -> GgmlDType {
         match self {
             Quantize::Q8_0 => GgmlDType::Q8_0,
+            Quantize::Q4_1 => GgmlDType::Q4_1,
+        }
+    }
+
+    /// The block type of the embedding table and the output head (tied or not); `None`
+    /// keeps them dense.
+    fn embedding_dtype(self) -> Option<GgmlDType> {
+        match self {
+            Quantize::Q8_0 => None,
+            Quantize::Q4_1 => Some(GgmlDType::Q8_0),
         }
     }
 }
@@ -231,6 +248,27 @@ impl Weights {
         } else {
             Ok(None)
         }
+    }
+
+    /// The embedding table or output head `name` quantized at load when the spec's
+    /// `quantize` asks for it (a safetensors checkpoint on CPU); `None` keeps it dense.
+    pub fn quantized_vocabulary_table(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<QTensor>, LocalError> {
+        let Some(dtype) = self.quantize.and_then(Quantize::embedding_dtype) else {
+            return Ok(None);
+        };
+        if self.is_gguf() || !self.device.is_cpu() {
+            return Ok(None);
+        }
+        let dense = self.tensor(name)?;
+        if dense.rank() != 2 || !dense.dim(1).is_ok_and(|k| k % 32 == 0) {
+            return Ok(None);
+        }
+        QTensor::quantize(&dense.to_dtype(DType::F32).context(|| name.into())?, dtype)
+            .context(|| format!("quantizing {name} to {dtype:?}"))
+            .map(Some)
     }
 
     /// A matmul weight `[out, in]`: quantized GGUF tensors stay quantized unless
