@@ -58,16 +58,21 @@ fn panel_blocks(dtype: GgmlDType) -> Option<Blocks> {
     }
 }
 
-/// The weight expanded to a dense `(n, k)` tensor of `dtype` for a prefill GEMM: Q4_1 on
-/// both cores (candle expands it in a scalar loop on the calling thread), other types by
-/// candle.
+/// The weight expanded to a dense `(n, k)` tensor of `dtype` for a prefill GEMM: Q4_1 and
+/// Q8_0 on both cores (candle expands them in a scalar loop on the calling thread), other
+/// types by candle.
 pub fn dequantize(weight: &QTensor, dtype: DType) -> CResult<Tensor> {
-    if weight.device().is_cpu() && weight.dtype() == GgmlDType::Q4_1 {
-        let (n, k) = weight.shape().dims2()?;
-        let values = tabcontam_kernels::q4_1::dequantize(&weight.data()?, n, k);
-        return Tensor::from_vec(values, (n, k), &Device::Cpu)?.to_dtype(dtype);
+    let expand = match weight.dtype() {
+        GgmlDType::Q4_1 => tabcontam_kernels::q4_1::dequantize,
+        GgmlDType::Q8_0 => tabcontam_kernels::q8_0::dequantize,
+        _ => return weight.dequantize(&weight.device())?.to_dtype(dtype),
+    };
+    if !weight.device().is_cpu() {
+        return weight.dequantize(&weight.device())?.to_dtype(dtype);
     }
-    weight.dequantize(&weight.device())?.to_dtype(dtype)
+    let (n, k) = weight.shape().dims2()?;
+    let values = expand(&weight.data()?, n, k);
+    Tensor::from_vec(values, (n, k), &Device::Cpu)?.to_dtype(dtype)
 }
 
 /// `xs Wᵀ` for a quantized `W` of shape `(n, k)` and f32 `xs` of shape `(…, k)`.
@@ -252,8 +257,8 @@ mod tests {
         }
     }
 
-    /// A weight quantized to Q4_1 here (a checkpoint's `quantize = "q4_1"`) multiplies as
-    /// its own dequantized values do, one block per row (hidden 32) and many.
+    /// A weight quantized to Q4_1 here (not read from a file) multiplies as its own
+    /// dequantized values do, one block per row (hidden 32) and many.
     #[test]
     fn weights_quantized_to_q4_1_multiply_as_their_values() {
         let device = Device::Cpu;

@@ -74,7 +74,7 @@ pub struct ModelSpec {
     #[serde(default)]
     pub chat_template: bool,
     /// Local safetensors models (fine-tuned checkpoints): quantize the matmul weights at
-    /// load (`"q8_0"`, or `"q4_1"`: the SmolLM2 base's own layout), so that a checkpoint runs
+    /// load (`"q8_0"`, or `"q8_0-all"`: the embeddings and head too), so that a checkpoint runs
     /// as fast as a quantized file. Part of the
     /// model's cache identity: its answers are never taken for the f32 weights'.
     #[serde(default)]

@@ -1,6 +1,7 @@
 //! The hot CPU loops of tabcontam's local engine, on plain slices: Q4_1 weights multiplied
-//! as stored ([`q4_1`]), quantized weights times many rows as int8 panels on AVX-512 VNNI
-//! ([`vnni`], on AMX tiles where present: [`amx`]), the gated MLP's activation
+//! as stored ([`q4_1`]), Q8_0 weights expanded for prefill ([`q8_0`]), quantized weights
+//! times many rows as int8 panels on AVX-512 VNNI ([`vnni`], on AMX tiles where present:
+//! [`amx`]), the gated MLP's activation
 //! ([`activation`]) and attention for decoding steps read from a KV cache ([`attention`]),
 //! on the instruction set [`cpu`] selects at run time, and the loops of full fine-tuning
 //! ([`train`], [`adamw`]); [`peak`] measures each path's arithmetic peak for the
@@ -19,6 +20,7 @@ pub mod attention;
 pub mod cpu;
 pub mod peak;
 pub mod q4_1;
+pub mod q8_0;
 pub mod train;
 pub mod vnni;
 
