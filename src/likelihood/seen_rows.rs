@@ -53,6 +53,22 @@ pub fn judge_candidates(
     judge(candidates, references, false, fdr)
 }
 
+/// Why no row can be selected whatever the scores, or `None`: a conformal p-value is at
+/// least `1 / (references + 1)`, and Benjamini–Hochberg at rate `fdr` selects nothing
+/// unless some p-value is at most `fdr` (with every row selected, the most lenient step).
+/// A checkpoint holding out 6 rows can never name a row at 0.1: say so, with the fix.
+pub fn selection_floor(references: usize, fdr: f64) -> Option<String> {
+    let floor = 1.0 / (references + 1) as f64;
+    if floor <= fdr {
+        return None;
+    }
+    let needed = (1.0 / fdr).ceil() as usize - 1;
+    Some(format!(
+        "with {references} references no p-value falls below 1/{} = {floor:.3} > {fdr}, so no row can be selected: hold out at least {needed} rows (or use --fdr {floor:.3})",
+        references + 1
+    ))
+}
+
 fn judge(
     candidates: &[(usize, f64)],
     references: &[(usize, f64)],
@@ -227,5 +243,23 @@ mod tests {
         assert_eq!(got, q);
         let with_references = judge_rows(&candidates, &references, 0.2);
         assert_eq!(with_references.len(), 12);
+    }
+
+    /// Six references cannot reach 0.1 (smallest p 1/7); nine can (1/10); the fix names
+    /// how many rows a checkpoint must hold out.
+    #[test]
+    fn too_few_references_are_named_with_the_fix() {
+        let note = selection_floor(6, 0.1).expect("1/7 > 0.1");
+        assert!(
+            note.contains("1/7 = 0.143") && note.contains("at least 9 rows"),
+            "{note}"
+        );
+        assert_eq!(selection_floor(9, 0.1), None);
+        assert_eq!(selection_floor(20, 0.05), None);
+        assert!(selection_floor(18, 0.05).is_some());
+        // And the judgement agrees: six references, a candidate far above them all, q 0.1.
+        let refs: Vec<(usize, f64)> = (0..6).map(|i| (i, i as f64)).collect();
+        let rows = judge_rows(&[(6, 100.0)], &refs, 0.1);
+        assert!(rows.iter().all(|r| !r.selected));
     }
 }

@@ -204,9 +204,13 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
         serialization: serialization.id.clone(),
         fdr: query.fdr,
         reference: "held-out".into(),
-        references: format!(
-            "the {} rows held out of training (manifest), each judged against the others",
-            references.len()
+        references: with_selection_floor(
+            format!(
+                "the {} rows held out of training (manifest), each judged against the others",
+                references.len()
+            ),
+            references.len(),
+            query.fdr,
         ),
         truth: Some(against_truth(&rows)),
         rows,
@@ -279,9 +283,13 @@ fn against_perturbed_copies(
         serialization: ctx.serialization.id.clone(),
         fdr: query.fdr,
         reference: "perturbed".into(),
-        references: format!(
-            "the {} perturbed copies of the membership test (values altered, so in no corpus); {verdict}",
-            references.len()
+        references: with_selection_floor(
+            format!(
+                "the {} perturbed copies of the membership test (values altered, so in no corpus); {verdict}",
+                references.len()
+            ),
+            references.len(),
+            query.fdr,
         ),
         truth: None,
         rows,
@@ -419,9 +427,13 @@ fn against_matched_rows(
         serialization: ctx.serialization.id.clone(),
         fdr: query.fdr,
         reference: "matched".into(),
-        references: format!(
-            "{} column-matched synthetic rows (each value drawn from its own column of the file, no row of it); {verdict}",
-            references.len()
+        references: with_selection_floor(
+            format!(
+                "{} column-matched synthetic rows (each value drawn from its own column of the file, no row of it); {verdict}",
+                references.len()
+            ),
+            references.len(),
+            query.fdr,
         ),
         truth,
         rows,
@@ -469,4 +481,13 @@ fn score_keys<'a>(
             .key()
         })
         .collect()
+}
+
+/// The references' description, followed by why nothing can be selected when there are
+/// too few of them for the rate (`likelihood::seen_rows::selection_floor`).
+fn with_selection_floor(description: String, references: usize, fdr: f64) -> String {
+    match crate::likelihood::seen_rows::selection_floor(references, fdr) {
+        Some(note) => format!("{description}; {note}"),
+        None => description,
+    }
 }
