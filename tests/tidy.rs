@@ -464,13 +464,15 @@ fn the_code_map_lists_every_source_file_and_no_other() {
 }
 
 /// Extensions of files that never belong in the tree.
-const FOREIGN: [&str; 10] = [
+const FOREIGN: [&str; 12] = [
     ".whl",
     ".gguf",
     ".safetensors",
     ".bin",
     ".so",
     ".sqlite",
+    ".sqlite-wal",
+    ".sqlite-shm",
     ".duckdb",
     ".zip",
     ".tar.gz",
