@@ -104,22 +104,20 @@ quantize = "q8_0-all"
             .take_while(|(x, y)| x == y)
             .count()
     };
-    let shared: Vec<usize> = full
-        .iter()
-        .zip(&quantized)
-        .map(|(a, b)| shared_words(&a.2, &b.2))
-        .collect();
+    let shared_with = |other: &[(i64, String, String)]| -> Vec<usize> {
+        full.iter()
+            .zip(other)
+            .map(|(a, b)| shared_words(&a.2, &b.2))
+            .collect()
+    };
+    let shared = shared_with(&quantized);
     assert!(
         shared.iter().all(|&words| words >= 16),
         "words shared by the f32 and Q8_0 answers: {shared:?}"
     );
     // The embeddings and head in Q8_0 too: the tiny model's random logits of near ties
     // part sooner, yet every answer starts alike.
-    let shared_all: Vec<usize> = full
-        .iter()
-        .zip(&all)
-        .map(|(a, b)| shared_words(&a.2, &b.2))
-        .collect();
+    let shared_all = shared_with(&all);
     assert!(
         shared_all.iter().all(|&words| words >= 4),
         "words shared by the f32 and Q8_0-all answers: {shared_all:?}"

@@ -42,6 +42,35 @@ pub fn by_column_tasks(
     columns_to_rows(transposed, rows, n)
 }
 
+/// The `(n, k)` values of a weight stored as blocks of 32 values in `BYTES` bytes each,
+/// expanded on every core: `expand(block, values)` writes one block's 32 values. The
+/// block comes as a fixed-size array, so the caller's loop has no bounds checks and
+/// vectorizes.
+pub(crate) fn expand_blocks<const BYTES: usize>(
+    data: &[u8],
+    n: usize,
+    k: usize,
+    expand: impl Fn(&[u8; BYTES], &mut [std::mem::MaybeUninit<f32>]) + Sync,
+) -> Vec<f32> {
+    const VALUES: usize = 32;
+    assert_eq!(data.len(), n * k / VALUES * BYTES, "block storage size");
+    let mut out: Vec<f32> = Vec::with_capacity(n * k);
+    out.spare_capacity_mut()
+        .par_chunks_mut(VALUES * 64)
+        .zip(data.par_chunks(BYTES * 64))
+        .for_each(|(values, blocks)| {
+            for (values, block) in values
+                .chunks_exact_mut(VALUES)
+                .zip(blocks.chunks_exact(BYTES))
+            {
+                expand(block.try_into().expect("whole block"), values);
+            }
+        });
+    // SAFETY: the chunks above cover all `n * k` values (whole blocks, sizes asserted).
+    unsafe { out.set_len(n * k) };
+    out
+}
+
 /// A column-major `n × rows` result as row-major `rows × n`.
 fn columns_to_rows(transposed: Vec<f32>, rows: usize, n: usize) -> Vec<f32> {
     if rows == 1 {

@@ -317,29 +317,14 @@ mod avx2 {
 
 /// The weights expanded to f32, `(n, k)` row-major, on the pool (a prefill's dense GEMM).
 pub fn dequantize(data: &[u8], n: usize, k: usize) -> Vec<f32> {
-    assert_eq!(data.len(), n * k / BLOCK * BLOCK_BYTES, "Q4_1 storage size");
-    let mut out: Vec<f32> = Vec::with_capacity(n * k);
-    out.spare_capacity_mut()
-        .par_chunks_mut(BLOCK * 64)
-        .zip(data.par_chunks(BLOCK_BYTES * 64))
-        .for_each(|(values, blocks)| {
-            for (values, block) in values
-                .chunks_exact_mut(BLOCK)
-                .zip(blocks.chunks_exact(BLOCK_BYTES))
-            {
-                // Fixed-size views: no bounds checks, so the loop below vectorizes.
-                let block: &[u8; BLOCK_BYTES] = block.try_into().expect("whole block");
-                let (low, high) = values.split_at_mut(16);
-                let (d, m) = (f16_bits(block, 0), f16_bits(block, 2));
-                for ((code, low), high) in block[4..].iter().zip(low).zip(high) {
-                    *low = MaybeUninit::new(d * f32::from(code & 0x0F) + m);
-                    *high = MaybeUninit::new(d * f32::from(code >> 4) + m);
-                }
-            }
-        });
-    // SAFETY: the chunks above cover all `n * k` values (whole blocks, sizes asserted).
-    unsafe { out.set_len(n * k) };
-    out
+    crate::expand_blocks::<BLOCK_BYTES>(data, n, k, |block, values| {
+        let (low, high) = values.split_at_mut(16);
+        let (d, m) = (f16_bits(block, 0), f16_bits(block, 2));
+        for ((code, low), high) in block[4..].iter().zip(low).zip(high) {
+            *low = MaybeUninit::new(d * f32::from(code & 0x0F) + m);
+            *high = MaybeUninit::new(d * f32::from(code >> 4) + m);
+        }
+    })
 }
 
 #[cfg(test)]

@@ -4,8 +4,6 @@
 
 use std::mem::MaybeUninit;
 
-use rayon::prelude::*;
-
 /// Values per block.
 pub const BLOCK: usize = 32;
 /// Bytes per stored block: an f16 scale `d`, then 32 signed 8-bit codes (value `d·q`).
@@ -15,27 +13,12 @@ const BLOCK_BYTES: usize = 34;
 /// computed as candle and ggml compute it (f16 scale widened to f32, times the code), so
 /// the GEMM that follows sees the same numbers bit for bit.
 pub fn dequantize(data: &[u8], n: usize, k: usize) -> Vec<f32> {
-    assert_eq!(data.len(), n * k / BLOCK * BLOCK_BYTES, "Q8_0 storage size");
-    let mut out: Vec<f32> = Vec::with_capacity(n * k);
-    out.spare_capacity_mut()
-        .par_chunks_mut(BLOCK * 64)
-        .zip(data.par_chunks(BLOCK_BYTES * 64))
-        .for_each(|(values, blocks)| {
-            for (values, block) in values
-                .chunks_exact_mut(BLOCK)
-                .zip(blocks.chunks_exact(BLOCK_BYTES))
-            {
-                // Fixed-size views: no bounds checks, so the loop below vectorizes.
-                let block: &[u8; BLOCK_BYTES] = block.try_into().expect("whole block");
-                let d = half::f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32();
-                for (code, value) in block[2..].iter().zip(values.iter_mut()) {
-                    *value = MaybeUninit::new(d * f32::from(*code as i8));
-                }
-            }
-        });
-    // SAFETY: the chunks above cover all `n * k` values (whole blocks, sizes asserted).
-    unsafe { out.set_len(n * k) };
-    out
+    crate::expand_blocks::<BLOCK_BYTES>(data, n, k, |block, values| {
+        let d = half::f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32();
+        for (code, value) in block[2..].iter().zip(values.iter_mut()) {
+            *value = MaybeUninit::new(d * f32::from(*code as i8));
+        }
+    })
 }
 
 #[cfg(test)]
