@@ -146,18 +146,11 @@ datasets = ["iris"]
     // A model without held-out rows (issue 26 item 4): each distinct row the membership
     // test drew, against the distinct perturbed copies scored beside it; BH over the rows
     // alone; the blind baseline says whether the copies are a fair reference.
-    let public_args = [
-        "rows",
+    let public_args = iris_rows(
         spec,
-        "--model",
         "base",
-        "--dataset",
-        "iris",
-        "--detector",
-        "zlib",
-        "--reference",
-        "perturbed",
-    ];
+        &["--detector", "zlib", "--reference", "perturbed"],
+    );
     let public = env.json(&[&public_args[..], &["--json"]].concat());
     assert!(public["truth"].is_null(), "no truth without a manifest");
     let rows = public["rows"].as_array().unwrap();
@@ -204,16 +197,7 @@ datasets = ["iris"]
 
     // The default for a model without held-out rows: column-matched synthetic rows (as
     // many as the distinct rows drawn, none a row of the file), scored by the run.
-    let matched_args = [
-        "rows",
-        spec,
-        "--model",
-        "base",
-        "--dataset",
-        "iris",
-        "--detector",
-        "zlib",
-    ];
+    let matched_args = iris_rows(spec, "base", &["--detector", "zlib"]);
     let matched = env.json(&[&matched_args[..], &["--json"]].concat());
     assert_eq!(matched["reference"], "matched");
     assert!(matched["truth"].is_null());
@@ -244,19 +228,11 @@ datasets = ["iris"]
     );
     // On the checkpoint the matched reference is measured against its manifest: every
     // row of the file a candidate, a selected row not trained on a false identification.
-    let on_checkpoint = env.json(&[
-        "rows",
+    let on_checkpoint = env.json(&iris_rows(
         spec,
-        "--model",
         "ckpt",
-        "--dataset",
-        "iris",
-        "--detector",
-        "zlib",
-        "--reference",
-        "matched",
-        "--json",
-    ]);
+        &["--detector", "zlib", "--reference", "matched", "--json"],
+    ));
     let rows = on_checkpoint["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 150);
     let truth = &on_checkpoint["truth"];
@@ -271,30 +247,12 @@ datasets = ["iris"]
     for (i, row) in rows.iter().enumerate() {
         assert_eq!(row["trained"], i % 3 == 0, "{row}");
     }
-    let refused = env.run(&[
-        "rows",
-        spec,
-        "--model",
-        "base",
-        "--dataset",
-        "iris",
-        "--reference",
-        "held-out",
-    ]);
+    let refused = env.run(&iris_rows(spec, "base", &["--reference", "held-out"]));
     one_line_error(
         &refused,
         &["no held-out rows of `iris`", "--reference matched"],
     );
-    let unknown = env.run(&[
-        "rows",
-        spec,
-        "--model",
-        "ckpt",
-        "--dataset",
-        "iris",
-        "--reference",
-        "nearby",
-    ]);
+    let unknown = env.run(&iris_rows(spec, "ckpt", &["--reference", "nearby"]));
     one_line_error(
         &unknown,
         &["--reference \"nearby\"", "held-out, matched, perturbed"],
@@ -363,4 +321,13 @@ datasets = ["iris"]
         &env.run(&["rows", spec, "--model", "nobody", "--dataset", "iris"]),
         &["no model `nobody`", "base, ckpt"],
     );
+}
+
+/// `tabcontam rows SPEC --model MODEL --dataset iris` followed by `extra`.
+fn iris_rows<'a>(spec: &'a str, model: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    [
+        &["rows", spec, "--model", model, "--dataset", "iris"][..],
+        extra,
+    ]
+    .concat()
 }

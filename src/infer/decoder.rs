@@ -358,12 +358,13 @@ impl DecoderModel {
         };
         let lm_head_name = format!("{}.weight", names.lm_head);
         let lm_head = if weights.has(&lm_head_name) {
-            let biased = weights.has(&format!("{}.bias", names.lm_head));
-            match (!biased)
-                .then(|| weights.quantized_vocabulary_table(&lm_head_name))
-                .transpose()?
-                .flatten()
-            {
+            // A biased head keeps `Linear::load`, which carries the bias.
+            let quantized = if weights.has(&format!("{}.bias", names.lm_head)) {
+                None
+            } else {
+                weights.quantized_vocabulary_table(&lm_head_name)?
+            };
+            match quantized {
                 Some(head) => Linear::from_weight(
                     QMatMul::from_qtensor(head).context(|| format!("loading {lm_head_name}"))?,
                 ),

@@ -62,14 +62,12 @@ fn panel_blocks(dtype: GgmlDType) -> Option<Blocks> {
 /// Q8_0 on both cores (candle expands them in a scalar loop on the calling thread), other
 /// types by candle.
 pub fn dequantize(weight: &QTensor, dtype: DType) -> CResult<Tensor> {
+    let cpu = weight.device().is_cpu();
     let expand = match weight.dtype() {
-        GgmlDType::Q4_1 => tabcontam_kernels::q4_1::dequantize,
-        GgmlDType::Q8_0 => tabcontam_kernels::q8_0::dequantize,
+        GgmlDType::Q4_1 if cpu => tabcontam_kernels::q4_1::dequantize,
+        GgmlDType::Q8_0 if cpu => tabcontam_kernels::q8_0::dequantize,
         _ => return weight.dequantize(&weight.device())?.to_dtype(dtype),
     };
-    if !weight.device().is_cpu() {
-        return weight.dequantize(&weight.device())?.to_dtype(dtype);
-    }
     let (n, k) = weight.shape().dims2()?;
     let values = expand(&weight.data()?, n, k);
     Tensor::from_vec(values, (n, k), &Device::Cpu)?.to_dtype(dtype)

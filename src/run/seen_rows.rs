@@ -162,17 +162,14 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
     };
     let texts = row_texts(&ctx);
     let keys = score_keys(&identity, texts.iter());
-    let found = store.logprobs(&keys)?;
-    let missing = keys.iter().filter(|k| !found.contains_key(k)).count();
-    if missing > 0 {
-        anyhow::bail!(
-            "{missing} of {} rows of `{}` have no cached log-probabilities under `{}`: run `tabcontam run {spec_path} --model {}` with \"likelihood\" among the spec's tests first",
-            texts.len(),
-            dataset.id,
-            model.id,
-            model.id
-        );
-    }
+    let found = cached_logprobs(
+        store,
+        &keys,
+        &format!("rows of `{}`", dataset.id),
+        "",
+        spec,
+        &model.id,
+    )?;
     let seen: std::collections::HashSet<usize> = trained.iter().copied().collect();
     let (mut candidates, mut references) = (Vec::new(), Vec::new());
     // Dataset inference's features: every detector's score of the row (rows a detector
@@ -233,7 +230,6 @@ fn against_perturbed_copies(
     ctx: &ProbeContext,
     identity: &crate::request::ModelIdentity,
 ) -> anyhow::Result<SeenRows> {
-    let spec_path = spec.path.display();
     let drawn = likelihood_rows(ctx)?.map_err(|reason| {
         anyhow::anyhow!(
             "`{}` has no membership rows to judge ({reason}), and model `{}` no held-out rows of it",
@@ -248,17 +244,17 @@ fn against_perturbed_copies(
         .map(|(i, _)| &drawn[i])
         .collect();
     let keys = score_keys(identity, drawn.iter().map(|r| &r.text));
-    let found = store.logprobs(&keys)?;
-    let missing = keys.iter().filter(|k| !found.contains_key(k)).count();
-    if missing > 0 {
-        anyhow::bail!(
-            "{missing} of {} membership texts of `{}` (rows and perturbed copies) have no cached log-probabilities under `{}`, which has no held-out rows of it: run `tabcontam run {spec_path} --model {}` with \"likelihood\" among the spec's tests first",
-            keys.len(),
-            ctx.dataset.id,
-            model.id,
-            model.id
-        );
-    }
+    let found = cached_logprobs(
+        store,
+        &keys,
+        &format!(
+            "membership texts of `{}` (rows and perturbed copies)",
+            ctx.dataset.id
+        ),
+        ", which has no held-out rows of it",
+        spec,
+        &model.id,
+    )?;
     let (mut candidates, mut references) = (Vec::new(), Vec::new());
     let (mut suspect_features, mut copy_features) = (Vec::new(), Vec::new());
     for (r, key) in drawn.iter().zip(&keys) {
@@ -350,7 +346,6 @@ fn against_matched_rows(
     identity: &crate::request::ModelIdentity,
     trained: Option<&[usize]>,
 ) -> anyhow::Result<SeenRows> {
-    let spec_path = spec.path.display();
     let drawn = likelihood_rows(ctx)?.map_err(|reason| {
         anyhow::anyhow!(
             "`{}` has no membership rows to match ({reason}): use --reference held-out on a checkpoint trained on part of it",
@@ -381,17 +376,17 @@ fn against_matched_rows(
         .chain(&matched_keys)
         .copied()
         .collect();
-    let found = store.logprobs(&all_keys)?;
-    let missing = all_keys.iter().filter(|k| !found.contains_key(k)).count();
-    if missing > 0 {
-        anyhow::bail!(
-            "{missing} of {} texts of `{}` (rows and column-matched rows) have no cached log-probabilities under `{}`: run `tabcontam run {spec_path} --model {}` with \"likelihood\" among the spec's tests first",
-            all_keys.len(),
-            ctx.dataset.id,
-            model.id,
-            model.id
-        );
-    }
+    let found = cached_logprobs(
+        store,
+        &all_keys,
+        &format!(
+            "texts of `{}` (rows and column-matched rows)",
+            ctx.dataset.id
+        ),
+        "",
+        spec,
+        &model.id,
+    )?;
     let (mut scored, mut references) = (Vec::new(), Vec::new());
     let (mut suspect_features, mut matched_features) = (Vec::new(), Vec::new());
     for ((row, text), key) in candidates.iter().zip(&candidate_keys) {
@@ -468,6 +463,30 @@ fn detector_scores(
 }
 
 /// The cache keys of `texts` scored by `identity` (as the likelihood phase stored them).
+/// The cached log-probabilities of every key, or one error saying how many of `what` lack
+/// them (`note` follows the model's name) and the run that scores them.
+fn cached_logprobs(
+    store: &Store,
+    keys: &[crate::request::ScoreKey],
+    what: &str,
+    note: &str,
+    spec: &Spec,
+    model: &str,
+) -> anyhow::Result<
+    std::collections::HashMap<crate::request::ScoreKey, (String, crate::request::TokenLogprobs)>,
+> {
+    let found = store.logprobs(keys)?;
+    let missing = keys.iter().filter(|k| !found.contains_key(k)).count();
+    if missing > 0 {
+        anyhow::bail!(
+            "{missing} of {} {what} have no cached log-probabilities under `{model}`{note}: run `tabcontam run {} --model {model}` with \"likelihood\" among the spec's tests first",
+            keys.len(),
+            spec.path.display()
+        );
+    }
+    Ok(found)
+}
+
 fn score_keys<'a>(
     identity: &crate::request::ModelIdentity,
     texts: impl Iterator<Item = &'a String>,
