@@ -55,6 +55,91 @@ fn import_sorted(env: &Env, name: &str, seed: u64, rows: usize, column: usize) {
     ]);
 }
 
+/// The synthetic orders a spec can name (`synthetic:<seed>:<rows>:sorted|grouped`, the
+/// negatives of `experiments/row-order-null.toml`) reach the test's plan as the imported
+/// files above do: a sorted one refused with its column named, a grouped one permuted
+/// within its groups. No model is needed to plan.
+#[test]
+fn synthetic_tables_named_sorted_or_grouped_are_planned_as_their_order_requires() {
+    let env = Env::new();
+    let header = |seed| {
+        synth::generate(seed, 24)
+            .csv
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let column = |seed, index| header(seed).split(',').nth(index).unwrap().to_string();
+
+    let sorted = env.ok(&[
+        "prompts",
+        "--dataset",
+        "synthetic:41:24:sorted",
+        "--test",
+        "row-order",
+    ]);
+    let first_line = sorted.lines().next().unwrap();
+    assert!(
+        first_line.starts_with("row-order on synthetic-41-24-sorted: skipped")
+            && first_line.contains(&format!("column `{}` is sorted", column(41, 3))),
+        "{first_line}"
+    );
+
+    let grouped = env.ok(&[
+        "prompts",
+        "--dataset",
+        "synthetic:42:24:grouped",
+        "--test",
+        "row-order",
+    ]);
+    let first_line = grouped.lines().next().unwrap();
+    let category = column(42, 0);
+    assert!(
+        first_line.contains("3 shards of 8 rows")
+            && first_line.contains(&format!("rows move only within runs of equal {category}")),
+        "{first_line}"
+    );
+    // Every permutation keeps each row in its group: a shard's category column reads the
+    // same, in the same order, in every order shown.
+    let category_runs: Vec<Vec<&str>> = grouped
+        .split("=== ")
+        .skip(1)
+        .map(|shard| {
+            shard
+                .lines()
+                .skip(2)
+                .filter(|line| !line.is_empty())
+                .map(|line| line.split(',').next().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(category_runs.len(), 3 * (1 + row_order::PERMUTATIONS));
+    for (shard, orders) in category_runs
+        .chunks(1 + row_order::PERMUTATIONS)
+        .enumerate()
+    {
+        assert!(
+            orders.iter().all(|order| order == &orders[0]),
+            "shard {shard}: {orders:?}"
+        );
+    }
+
+    // The same rows as the file written in random order, which is planned whole.
+    let shuffled = env.ok(&[
+        "prompts",
+        "--dataset",
+        "synthetic:42:24",
+        "--test",
+        "row-order",
+    ]);
+    let first_line = shuffled.lines().next().unwrap();
+    assert!(
+        first_line.contains("rows move anywhere within their shard"),
+        "{first_line}"
+    );
+}
+
 #[test]
 fn never_seen_tables_written_sorted_or_grouped_are_not_detected() {
     let Some(model) = model_file() else { return };

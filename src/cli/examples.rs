@@ -51,7 +51,8 @@ Examples:
 pub const DATASETS_SYNTH: &str = "\
 Examples:
   tabcontam datasets synth --seed 7 --out synthetic-7.csv
-  tabcontam datasets synth --seed 7 --rows 500 --out negatives/synthetic-7-500.csv";
+  tabcontam datasets synth --seed 7 --rows 500 --out negatives/synthetic-7-500.csv
+  tabcontam datasets synth --seed 7 --rows 24 --order grouped --out synthetic-7-24-grouped.csv";
 pub const DATASETS_FETCH: &str = "\
 Examples:
   tabcontam datasets fetch bank

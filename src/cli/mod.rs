@@ -407,7 +407,7 @@ pub enum DatasetsCommand {
     /// Generate a synthetic dataset (invented name, columns and values; deterministic per
     /// seed): a negative no pretraining corpus can hold (SPEC §8). Writes the CSV to --out
     /// and its descriptor beside it (same name, `.toml`). A spec can also name it directly
-    /// as `synthetic:<seed>` or `synthetic:<seed>:<rows>`.
+    /// as `synthetic:<seed>`, `synthetic:<seed>:<rows>` or `synthetic:<seed>:<rows>:<order>`.
     #[command(after_help = examples::DATASETS_SYNTH)]
     Synth {
         /// Seed: the same seed and rows give the same bytes.
@@ -416,6 +416,10 @@ pub enum DatasetsCommand {
         /// Rows to generate (10 to 1,000,000).
         #[arg(long, default_value_t = 200)]
         rows: usize,
+        /// The rows' order in the file: as drawn (`shuffled`), `sorted` by the integer
+        /// column, or `grouped` by the first categorical column (same rows in each).
+        #[arg(long, default_value = "shuffled", value_parser = ["shuffled", "sorted", "grouped"])]
+        order: String,
         /// The CSV file to write.
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
@@ -427,7 +431,7 @@ pub enum DatasetsCommand {
     /// value had to be in its own column) and whether `--scoring strict` lets a pass count.
     #[command(after_help = examples::DATASETS_CHANCE)]
     Chance {
-        /// Dataset ids, aliases or `synthetic:<seed>[:<rows>]`; every known dataset whose
+        /// Dataset ids, aliases or `synthetic:<seed>[:<rows>[:<order>]]`; every known dataset whose
         /// file is present when none is given.
         names: Vec<String>,
         #[command(flatten)]

@@ -30,7 +30,12 @@ pub fn run(cmd: DatasetsCommand) -> anyhow::Result<ExitCode> {
         DatasetsCommand::Fetch { name, data, url } => {
             fetch(&name, data.data_dir.as_deref(), url.as_deref())
         }
-        DatasetsCommand::Synth { seed, rows, out } => synth(seed, rows, &out),
+        DatasetsCommand::Synth {
+            seed,
+            rows,
+            order,
+            out,
+        } => synth(seed, rows, &order, &out),
         DatasetsCommand::Chance {
             names,
             data,
@@ -102,19 +107,18 @@ fn chance(
 }
 
 /// Writes the synthetic dataset of `seed` to `out` and its descriptor beside it.
-fn synth(seed: u64, rows: usize, out: &Path) -> anyhow::Result<()> {
+fn synth(seed: u64, rows: usize, order: &str, out: &Path) -> anyhow::Result<()> {
     use crate::dataset::synth;
-    let (generated, toml_path) = synth::write_files(seed, rows, out)?;
+    let order = synth::RowOrder::from_word(order)
+        .ok_or_else(|| anyhow::anyhow!("--order {order}: use shuffled, sorted or grouped"))?;
+    let name = synth::SyntheticName { seed, rows, order };
+    let (generated, toml_path) = synth::write_files(&name, out)?;
     println!(
-        "wrote {} ({rows} rows) and its descriptor {} (dataset id {}); name it in a spec as synthetic:{seed}{}",
+        "wrote {} ({rows} rows) and its descriptor {} (dataset id {}); name it in a spec as {}",
         out.display(),
         toml_path.display(),
         generated.id,
-        if rows == synth::DEFAULT_ROWS {
-            String::new()
-        } else {
-            format!(":{rows}")
-        }
+        name.spec_name()
     );
     Ok(())
 }

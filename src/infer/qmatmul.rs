@@ -96,7 +96,7 @@ pub fn matmul(xs: &Tensor, weight: &QTensor) -> CResult<Tensor> {
         && kind.fits(k)
     {
         // Many rows on AVX-512 VNNI: int8 panels (Q4_1 takes them inside its own kernel).
-        let xs = tabcontam_kernels::q4_1::Activations::quantize(&lhs, k);
+        let xs = tabcontam_kernels::int8_rows::Activations::quantize(&lhs, k);
         let out = vnni::matmul(kind, &data, n, k, &xs, rows);
         let mut out_dims = lead.to_vec();
         out_dims.push(n);

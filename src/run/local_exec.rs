@@ -98,8 +98,8 @@ pub fn declared_exposure(
     }
     // `synthetic:7` in a spec is the dataset `synthetic-7` in cells.
     for name in &mut exposure.trained_on {
-        if let Some(Ok((seed, rows))) = crate::dataset::synth::parse_name(name) {
-            *name = crate::dataset::synth::id(seed, rows);
+        if let Some(Ok(parsed)) = crate::dataset::synth::parse_name(name) {
+            *name = crate::dataset::synth::name_id(&parsed);
         }
     }
     Ok(Some(exposure))

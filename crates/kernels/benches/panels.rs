@@ -72,7 +72,7 @@ fn main() {
         line += &format!(" f32 GEMM {:.0} G/s", macs / gemm / 1e9);
         if vnni::available() {
             for amx in [false, true] {
-                if amx && !tabcontam_kernels::amx::usable() {
+                if amx && !tabcontam_kernels::cpu::amx_usable() {
                     continue;
                 }
                 let seconds = seconds_per_call(|| {

@@ -6,35 +6,19 @@
 //! AVX-512 registers as on the VNNI path, so both paths sum the same integers.
 //!
 //! Linux hands out the tile registers only to a process that asks
-//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`): [`usable`] asks once, and a
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`): [`crate::cpu::amx_usable`] asks once, and a
 //! refusal (an old kernel, a sandbox) leaves the CPU on the VNNI path.
 
-use crate::q4_1::Activations;
-use crate::vnni::{BLOCK, GROUPS, TILE, Tile};
+use crate::int8_rows::{Activations, BLOCK};
+use crate::tile::{GROUPS, TILE, Tile};
 
 /// Activation rows per tile pass (the tile registers' 16 rows).
 pub(crate) const ROWS_PER_PASS: usize = 16;
 
-/// Whether the CPU has AMX-TILE and AMX-INT8, the OS saves their state, and Linux granted
-/// this process the tile registers (asked once, on the first call).
-pub fn usable() -> bool {
-    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *USABLE.get_or_init(|| {
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        {
-            // SAFETY: cpuid and xgetbv only read; the syscall changes this process's
-            // permissions and nothing else.
-            unsafe { x86::cpu_has_amx() && x86::request_tile_permission() }
-        }
-        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-        false
-    })
-}
-
 /// Rows `first..first + count` (≤ 16) against one tile: `panel[r][j] = w_j · x_r`.
 ///
 /// # Safety
-/// [`usable`] must be true; the rows must exist in `xs`, the tile must hold
+/// [`crate::cpu::amx_usable`] must be true; the rows must exist in `xs`, the tile must hold
 /// `xs.blocks_per_row` blocks, and `code_sums` must be one of `xs`'s sums.
 pub(crate) unsafe fn pass(
     tile: &Tile,
@@ -61,39 +45,6 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{Activations, BLOCK, GROUPS, ROWS_PER_PASS, TILE, Tile};
-
-    /// CPUID leaf 7's AMX-TILE and AMX-INT8 bits, and XCR0's tile state bits (17, 18).
-    #[target_feature(enable = "xsave")]
-    pub unsafe fn cpu_has_amx() -> bool {
-        let leaf7 = __cpuid_count(7, 0);
-        let tile = leaf7.edx & (1 << 24) != 0;
-        let int8 = leaf7.edx & (1 << 25) != 0;
-        let osxsave = __cpuid_count(1, 0).ecx & (1 << 27) != 0;
-        // SAFETY: OSXSAVE is set, so xgetbv is allowed.
-        tile && int8 && osxsave && unsafe { _xgetbv(0) } & (0b11 << 17) == 0b11 << 17
-    }
-
-    /// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: true when granted.
-    #[cfg(target_os = "linux")]
-    pub unsafe fn request_tile_permission() -> bool {
-        const ARCH_PRCTL: i64 = 158;
-        const ARCH_REQ_XCOMP_PERM: u64 = 0x1023;
-        const XFEATURE_XTILEDATA: u64 = 18;
-        let status: i64;
-        // SAFETY: a plain syscall; the kernel clobbers rcx and r11.
-        unsafe {
-            asm!(
-                "syscall",
-                inlateout("rax") ARCH_PRCTL => status,
-                in("rdi") ARCH_REQ_XCOMP_PERM,
-                in("rsi") XFEATURE_XTILEDATA,
-                lateout("rcx") _,
-                lateout("r11") _,
-                options(nostack),
-            );
-        }
-        status == 0
-    }
 
     /// The 64-byte tile configuration `ldtilecfg` reads (palette 1).
     #[repr(C, align(64))]

@@ -78,7 +78,7 @@ pub fn detected() -> Isa {
                 && std::is_x86_feature_detected!("avx512vl")
                 && std::is_x86_feature_detected!("avx512vnni")
             {
-                if crate::amx::usable() {
+                if amx_usable() {
                     return Isa::Amx;
                 }
                 return Isa::Avx512;
@@ -130,6 +130,61 @@ pub fn forced() -> Result<Option<Isa>, String> {
 pub fn isa() -> Isa {
     static SELECTED: OnceLock<Isa> = OnceLock::new();
     *SELECTED.get_or_init(|| forced().ok().flatten().unwrap_or_else(detected))
+}
+
+/// Whether the CPU has AMX-TILE and AMX-INT8, the OS saves their state, and Linux granted
+/// this process the tile registers (asked once, on the first call).
+pub fn amx_usable() -> bool {
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            // SAFETY: cpuid and xgetbv only read; the syscall changes this process's
+            // permissions and nothing else.
+            unsafe { tile_permission::cpu_has_amx() && tile_permission::request() }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        false
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod tile_permission {
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+
+    /// CPUID leaf 7's AMX-TILE and AMX-INT8 bits, and XCR0's tile state bits (17, 18).
+    #[target_feature(enable = "xsave")]
+    pub unsafe fn cpu_has_amx() -> bool {
+        let leaf7 = __cpuid_count(7, 0);
+        let tile = leaf7.edx & (1 << 24) != 0;
+        let int8 = leaf7.edx & (1 << 25) != 0;
+        let osxsave = __cpuid_count(1, 0).ecx & (1 << 27) != 0;
+        // SAFETY: OSXSAVE is set, so xgetbv is allowed.
+        tile && int8 && osxsave && unsafe { _xgetbv(0) } & (0b11 << 17) == 0b11 << 17
+    }
+
+    /// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: true when granted.
+    #[cfg(target_os = "linux")]
+    pub unsafe fn request() -> bool {
+        const ARCH_PRCTL: i64 = 158;
+        const ARCH_REQ_XCOMP_PERM: u64 = 0x1023;
+        const XFEATURE_XTILEDATA: u64 = 18;
+        let status: i64;
+        // SAFETY: a plain syscall; the kernel clobbers rcx and r11.
+        unsafe {
+            asm!(
+                "syscall",
+                inlateout("rax") ARCH_PRCTL => status,
+                in("rdi") ARCH_REQ_XCOMP_PERM,
+                in("rsi") XFEATURE_XTILEDATA,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        status == 0
+    }
 }
 
 #[cfg(test)]

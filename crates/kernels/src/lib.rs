@@ -18,9 +18,11 @@ pub mod adamw;
 pub mod amx;
 pub mod attention;
 pub mod cpu;
+pub mod int8_rows;
 pub mod peak;
 pub mod q4_1;
 pub mod q8_0;
+pub mod tile;
 pub mod train;
 pub mod vnni;
 

@@ -18,7 +18,7 @@ pub fn multiply_adds(isa: Isa) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: `cpu::isa` never selects a level the CPU lacks, and callers pass it
-        // (`amx` only where `amx::usable` granted the tiles).
+        // (`amx` only where `cpu::amx_usable` granted the tiles).
         #[cfg(target_os = "linux")]
         if isa >= Isa::Amx {
             return unsafe { x86::amx() };

@@ -21,15 +21,12 @@
 
 use rayon::prelude::*;
 
-use crate::q4_1::Activations;
+use crate::int8_rows::{Activations, BLOCK};
+use crate::tile::{GROUPS, TILE, Tile};
 
-/// Output columns laid out together: one 512-bit register of 32-bit lanes.
-pub(crate) const TILE: usize = 16;
 /// Activation rows multiplied per pass over a tile (8 integer and 8 float accumulators
 /// stay in registers, out of 32).
 const ROWS_PER_PASS: usize = 8;
-/// Values per quantization block.
-pub(crate) const BLOCK: usize = crate::q4_1::BLOCK;
 /// Bytes per stored Q4_1 block (f16 scale, f16 minimum, 16 bytes of nibbles).
 const Q4_1_BLOCK_BYTES: usize = 20;
 /// Bytes per stored Q8_0 block (f16 scale, 32 signed codes).
@@ -65,8 +62,6 @@ impl Blocks {
         }
     }
 }
-/// Groups of 4 consecutive values in a block (one `vpdpbusd` each).
-pub(crate) const GROUPS: usize = BLOCK / 4;
 
 /// Rows from which a product runs as panels: below, the column-wise kernels (which read
 /// each weight block once per row pass without laying it out) are as fast.
@@ -75,15 +70,6 @@ pub const PANEL_ROWS: usize = 8;
 /// Whether this CPU runs the panels (on the path [`crate::cpu::isa`] selected).
 pub fn available() -> bool {
     crate::cpu::isa() >= crate::cpu::Isa::Avx512
-}
-
-/// One tile of 16 weight rows in the panel layout: per block, 8 groups of 64 bytes (4
-/// codes of each column, column-major within the group), then the 16 scales and 16
-/// minimums. Columns past the weight's last row are zero (and never written out).
-pub(crate) struct Tile {
-    pub(crate) codes: Vec<u8>,
-    pub(crate) scales: Vec<f32>,
-    pub(crate) minimums: Vec<f32>,
 }
 
 impl Tile {
@@ -215,7 +201,7 @@ pub fn matmul_with(
 ) -> Vec<f32> {
     assert!(available(), "the int8 panels need AVX-512 VNNI");
     assert!(
-        !amx || crate::amx::usable(),
+        !amx || crate::cpu::amx_usable(),
         "AMX tiles are not usable here"
     );
     assert!(kind.fits(k), "width {k} is not whole {kind:?} blocks");
@@ -244,7 +230,7 @@ pub fn matmul_with(
             let mut row = 0;
             while row < rows {
                 let count = passes.min(rows - row);
-                // SAFETY: `available()` (and for AMX `amx::usable()`) was asserted; rows
+                // SAFETY: `available()` (and for AMX `cpu::amx_usable()`) was asserted; rows
                 // `row..row + count` exist in `xs` and the tile holds `k / 32` blocks.
                 unsafe {
                     if amx {
@@ -491,7 +477,7 @@ mod tests {
             let lhs = random(rows, k, 9);
             let xs = Activations::quantize(&lhs, k);
             for amx in [false, true] {
-                if amx && !crate::amx::usable() {
+                if amx && !crate::cpu::amx_usable() {
                     eprintln!("no usable AMX tiles here: the VNNI path only");
                     continue;
                 }
