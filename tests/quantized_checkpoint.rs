@@ -154,9 +154,11 @@ quantize = "q8_0"
     one_line_error(&output, &["quantized-gguf", "quantize", "remove the key"]);
 }
 
-/// The log-probabilities a checkpoint gives a text move little when it is quantized, and
-/// in order: its matmul weights in Q8_0 less than those and its tied embeddings and head
-/// (each moves them: the quantization happened).
+/// The log-probabilities a checkpoint gives a text move little when it is quantized: its
+/// matmul weights in Q8_0, and those with its tied embeddings and head. Each moves them
+/// (the quantization happened), and the two differ from each other (the head was
+/// quantized too). Which of the two moves them more is not fixed: rounding errors in the
+/// head may cancel those of the layers, and did on one CPU, so the test does not order them.
 #[test]
 fn quantized_checkpoints_score_texts_close_to_f32() {
     use tabcontam::infer::{LocalModel, LocalOptions, weights::Quantize};
@@ -181,24 +183,31 @@ fn quantized_checkpoints_score_texts_close_to_f32() {
         let mut model = LocalModel::load(&checkpoint, &options).unwrap();
         model.score_text(TEXT).unwrap().logprobs
     };
-    let full = score(None);
-    let moved = |quantize| -> f64 {
-        let other = score(Some(quantize));
-        assert_eq!(other.len(), full.len());
-        full.iter()
-            .zip(&other)
-            .map(|(a, b)| (a - b).abs())
-            .sum::<f64>()
-            / full.len() as f64
+    let mean_distance = |a: &[f64], b: &[f64]| -> f64 {
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / a.len() as f64
     };
-    let (layers, all) = (moved(Quantize::Q8_0), moved(Quantize::Q8_0All));
-    let mean = full.iter().map(|v| v.abs()).sum::<f64>() / full.len() as f64;
-    eprintln!("mean |log p| {mean:.4}; moved by Q8_0 {layers:.6}, Q8_0 with the head {all:.6}");
-    assert!(layers > 0.0 && all > layers, "{layers} vs {all}");
-    assert!(
-        all < 0.002 * mean,
-        "Q8_0-all moved log-probabilities by {all}"
+    let full = score(None);
+    let layers_only = score(Some(Quantize::Q8_0));
+    let with_head = score(Some(Quantize::Q8_0All));
+    let (layers, all) = (
+        mean_distance(&full, &layers_only),
+        mean_distance(&full, &with_head),
     );
+    let head = mean_distance(&layers_only, &with_head);
+    let mean = full.iter().map(|v| v.abs()).sum::<f64>() / full.len() as f64;
+    eprintln!(
+        "mean |log p| {mean:.4}; moved by Q8_0 {layers:.6}, Q8_0 with the head {all:.6}, \
+         the head alone {head:.6}"
+    );
+    assert!(layers > 0.0 && all > 0.0, "{layers} vs {all}");
+    assert!(head > 0.0, "quantizing the head changed nothing");
+    for (name, moved) in [("Q8_0", layers), ("Q8_0-all", all)] {
+        assert!(
+            moved < 0.002 * mean,
+            "{name} moved log-probabilities by {moved} (mean {mean})"
+        );
+    }
 }
 
 const TEXT: &str = "sepal length: 5.1, sepal width: 3.5, petal length: 1.4, species: setosa\n\
