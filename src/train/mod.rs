@@ -12,6 +12,7 @@
 
 pub mod data;
 pub mod gemma3_config;
+pub mod heap;
 pub mod llama;
 pub mod llama_config;
 pub mod lora;
@@ -261,6 +262,11 @@ pub fn build_checkpoints(
             .collect());
     }
 
+    if settings.lora.is_none() {
+        // Full fine-tuning frees and allocates its large buffers again every step; LoRA's
+        // are a fraction, and a heap that keeps them would cost its peak RSS (heap.rs).
+        heap::keep_freed_memory();
+    }
     progress(&format!("loading {}", files.weights_path().display()));
     let model = LlamaTrainer::load(&files)?;
     let model = match &settings.lora {

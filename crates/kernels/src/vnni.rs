@@ -91,11 +91,18 @@ impl Tile {
     /// Weight rows `first..first + columns` (≤ 16) of `data` in the panel layout.
     fn fill(&mut self, kind: Blocks, data: &[u8], k: usize, first: usize, columns: usize) {
         let row_bytes = kind.row_bytes(k);
-        if kind == Blocks::Q4_1 {
+        match kind {
             // SAFETY: callers hold `available()` (AVX-512 F/BW); the rows exist.
-            unsafe { avx512::fill_q4_1(self, data, row_bytes, first, columns) };
-            return;
+            Blocks::Q4_1 => unsafe { avx512::fill_q4_1(self, data, row_bytes, first, columns) },
+            // SAFETY: as above.
+            Blocks::Q8_0 => unsafe { avx512::fill_q8_0(self, data, row_bytes, first, columns) },
+            Blocks::Q4K => self.fill_q4_k(data, row_bytes, first, columns),
         }
+    }
+
+    /// Weight rows `first..first + columns` (≤ 16) of Q4_K data in the panel layout, one
+    /// column at a time (its 6-bit sub-block scales are unpacked per column).
+    fn fill_q4_k(&mut self, data: &[u8], row_bytes: usize, first: usize, columns: usize) {
         if columns < TILE {
             self.codes.fill(0);
             self.scales.fill(0.0);
@@ -103,44 +110,28 @@ impl Tile {
         }
         for j in 0..columns {
             let row = &data[(first + j) * row_bytes..(first + j + 1) * row_bytes];
-            match kind {
-                Blocks::Q8_0 => {
-                    for (b, block) in row.chunks_exact(Q8_0_BLOCK_BYTES).enumerate() {
-                        let d = f16(block[0], block[1]);
+            for (super_block, block) in row.chunks_exact(Q4_K_BLOCK_BYTES).enumerate() {
+                let d = f16(block[0], block[1]);
+                let dmin = f16(block[2], block[3]);
+                let scales: &[u8; 12] = block[4..16].try_into().expect("12 bytes");
+                for pair in 0..4 {
+                    let nibbles = &block[16 + 32 * pair..16 + 32 * (pair + 1)];
+                    for (half, shift) in [(0, 0), (1, 4)] {
+                        let sub = 2 * pair + half;
+                        let (scale, minimum) = q4_k_scale_min(sub, scales);
                         let mut codes = [0u8; BLOCK];
-                        for (code, &byte) in codes.iter_mut().zip(&block[2..]) {
-                            // The signed code plus 128, as an unsigned byte.
-                            *code = byte ^ 0x80;
+                        for (code, &byte) in codes.iter_mut().zip(nibbles) {
+                            *code = (byte >> shift) & 0x0F;
                         }
-                        self.set_block(b, j, d, -128.0 * d, &codes);
+                        self.set_block(
+                            super_block * 8 + sub,
+                            j,
+                            d * f32::from(scale),
+                            -dmin * f32::from(minimum),
+                            &codes,
+                        );
                     }
                 }
-                Blocks::Q4K => {
-                    for (super_block, block) in row.chunks_exact(Q4_K_BLOCK_BYTES).enumerate() {
-                        let d = f16(block[0], block[1]);
-                        let dmin = f16(block[2], block[3]);
-                        let scales: &[u8; 12] = block[4..16].try_into().expect("12 bytes");
-                        for pair in 0..4 {
-                            let nibbles = &block[16 + 32 * pair..16 + 32 * (pair + 1)];
-                            for (half, shift) in [(0, 0), (1, 4)] {
-                                let sub = 2 * pair + half;
-                                let (scale, minimum) = q4_k_scale_min(sub, scales);
-                                let mut codes = [0u8; BLOCK];
-                                for (code, &byte) in codes.iter_mut().zip(nibbles) {
-                                    *code = (byte >> shift) & 0x0F;
-                                }
-                                self.set_block(
-                                    super_block * 8 + sub,
-                                    j,
-                                    d * f32::from(scale),
-                                    -dmin * f32::from(minimum),
-                                    &codes,
-                                );
-                            }
-                        }
-                    }
-                }
-                Blocks::Q4_1 => unreachable!("laid out above"),
             }
         }
     }
@@ -280,7 +271,7 @@ impl SharedOut {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{Activations, BLOCK, GROUPS, Q4_1_BLOCK_BYTES, TILE, Tile};
+    use super::{Activations, BLOCK, GROUPS, Q4_1_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TILE, Tile};
 
     /// The panel's rows: as many as an AMX pass fills, of which a VNNI pass fills ≤ 8.
     const PANEL: usize = crate::amx::ROWS_PER_PASS;
@@ -335,6 +326,64 @@ mod avx512 {
                     let high = _mm512_and_si512(_mm512_srli_epi32::<4>(packed), low_nibbles);
                     _mm512_storeu_si512(codes.add(g * 64) as *mut _, low);
                     _mm512_storeu_si512(codes.add((g + GROUPS / 2) * 64) as *mut _, high);
+                }
+            }
+        }
+    }
+
+    /// Lays out weight rows `first..first + columns` (≤ 16) of Q8_0 data in `tile`: the
+    /// 4-byte word `g` of each column's 32 signed codes is group `g`, shifted into unsigned
+    /// bytes (`q + 128`, by flipping each byte's top bit), its offset `−128·d`. Columns past
+    /// `columns` are zero. One gather per group for all 16 columns, where a column-at-a-time
+    /// loop spent a tenth of a checkpoint's prefill here.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F and BW; `data` must hold rows `first..first +
+    /// columns` of `row_bytes` bytes, and the tile `row_bytes / 34` blocks.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn fill_q8_0(
+        tile: &mut Tile,
+        data: &[u8],
+        row_bytes: usize,
+        first: usize,
+        columns: usize,
+    ) {
+        // SAFETY: the gathers read only the first `columns` lanes (mask), each 4 bytes
+        // within row `first + j` of `data` (a block's scale word ends inside its codes, its
+        // last code word at the block's end); the stores stay within the tile's blocks.
+        unsafe {
+            let blocks = row_bytes / Q8_0_BLOCK_BYTES;
+            let base = data.as_ptr().add(first * row_bytes) as *const i32;
+            let lanes: __mmask16 = if columns >= TILE {
+                0xFFFF
+            } else {
+                (1u16 << columns) - 1
+            };
+            let row_starts = _mm512_mullo_epi32(
+                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                _mm512_set1_epi32(row_bytes as i32),
+            );
+            let top_bits = _mm512_set1_epi8(0x80u8 as i8);
+            let zero = _mm512_setzero_si512();
+            let minus_128 = _mm512_set1_ps(-128.0);
+            for b in 0..blocks {
+                let at =
+                    _mm512_add_epi32(row_starts, _mm512_set1_epi32((b * Q8_0_BLOCK_BYTES) as i32));
+                // The f16 scale of each column's block (the low half of its first word).
+                let halves = _mm512_mask_i32gather_epi32::<1>(zero, lanes, at, base);
+                let scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(halves));
+                _mm512_storeu_ps(tile.scales.as_mut_ptr().add(b * TILE), scales);
+                _mm512_storeu_ps(
+                    tile.minimums.as_mut_ptr().add(b * TILE),
+                    _mm512_mul_ps(scales, minus_128),
+                );
+                let codes = tile.codes.as_mut_ptr().add(b * GROUPS * 64);
+                for g in 0..GROUPS {
+                    let word = _mm512_add_epi32(at, _mm512_set1_epi32((2 + 4 * g) as i32));
+                    let signed = _mm512_mask_i32gather_epi32::<1>(zero, lanes, word, base);
+                    // Lanes past `columns` stay zero (not 0x80): they are never written out.
+                    let shifted = _mm512_maskz_xor_epi32(lanes, signed, top_bits);
+                    _mm512_storeu_si512(codes.add(g * 64) as *mut _, shifted);
                 }
             }
         }
@@ -423,6 +472,11 @@ mod avx512 {
 
     /// Never called: [`super::available`] is false off x86-64.
     pub unsafe fn fill_q4_1(_: &mut Tile, _: &[u8], _: usize, _: usize, _: usize) {
+        unreachable!("AVX-512 panels on a CPU without AVX-512")
+    }
+
+    /// Never called: [`super::available`] is false off x86-64.
+    pub unsafe fn fill_q8_0(_: &mut Tile, _: &[u8], _: usize, _: usize, _: usize) {
         unreachable!("AVX-512 panels on a CPU without AVX-512")
     }
 
