@@ -276,6 +276,26 @@ mod avx512 {
     /// The panel's rows: as many as an AMX pass fills, of which a VNNI pass fills ≤ 8.
     const PANEL: usize = crate::amx::ROWS_PER_PASS;
 
+    /// The gather mask of a tile's first `columns` lanes and each lane's byte offset from
+    /// the tile's first weight row (lane `j` at row `j`), shared by the Q4_1 and Q8_0
+    /// layouts.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn columns_to_gather(columns: usize, row_bytes: usize) -> (__mmask16, __m512i) {
+        let lanes: __mmask16 = if columns >= TILE {
+            0xFFFF
+        } else {
+            (1u16 << columns) - 1
+        };
+        let row_starts = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(row_bytes as i32),
+        );
+        (lanes, row_starts)
+    }
+
     /// Lays out weight rows `first..first + columns` (≤ 16) of Q4_1 data in `tile`: value
     /// `i` of a block is the low nibble of byte `i`, value `16 + i` its high nibble, so the
     /// 4-byte word `g` of each column's 16 code bytes holds group `g` (low nibbles) and
@@ -297,15 +317,7 @@ mod avx512 {
         unsafe {
             let blocks = row_bytes / Q4_1_BLOCK_BYTES;
             let base = data.as_ptr().add(first * row_bytes) as *const i32;
-            let lanes: __mmask16 = if columns >= TILE {
-                0xFFFF
-            } else {
-                (1u16 << columns) - 1
-            };
-            let row_starts = _mm512_mullo_epi32(
-                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                _mm512_set1_epi32(row_bytes as i32),
-            );
+            let (lanes, row_starts) = columns_to_gather(columns, row_bytes);
             let low_nibbles = _mm512_set1_epi8(0x0F);
             let zero = _mm512_setzero_si512();
             for b in 0..blocks {
@@ -354,15 +366,7 @@ mod avx512 {
         unsafe {
             let blocks = row_bytes / Q8_0_BLOCK_BYTES;
             let base = data.as_ptr().add(first * row_bytes) as *const i32;
-            let lanes: __mmask16 = if columns >= TILE {
-                0xFFFF
-            } else {
-                (1u16 << columns) - 1
-            };
-            let row_starts = _mm512_mullo_epi32(
-                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                _mm512_set1_epi32(row_bytes as i32),
-            );
+            let (lanes, row_starts) = columns_to_gather(columns, row_bytes);
             let top_bits = _mm512_set1_epi8(0x80u8 as i8);
             let zero = _mm512_setzero_si512();
             let minus_128 = _mm512_set1_ps(-128.0);
