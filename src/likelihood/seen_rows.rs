@@ -53,19 +53,43 @@ pub fn judge_candidates(
     judge(candidates, references, false, fdr)
 }
 
-/// Why no row can be selected whatever the scores, or `None`: a conformal p-value is at
-/// least `1 / (references + 1)`, and Benjamini–Hochberg at rate `fdr` selects nothing
-/// unless some p-value is at most `fdr` (with every row selected, the most lenient step).
-/// A checkpoint holding out 6 rows can never name a row at 0.1: say so, with the fix.
-pub fn selection_floor(references: usize, fdr: f64) -> Option<String> {
-    let floor = 1.0 / (references + 1) as f64;
-    if floor <= fdr {
+/// Why no candidate can be selected whatever the scores, or `None`. A conformal p-value is
+/// at least `1 / (references + 1)`, and Benjamini–Hochberg at rate `fdr` over `m` judged
+/// rows selects `k` of them only if the k-th smallest p-value is at most `fdr · k / m`. The
+/// most lenient case gives every candidate that smallest p-value, so a selection is possible
+/// only if `1 / (references + 1) ≤ fdr · candidates / m`, where `m` counts the references too
+/// when they are judged (leave-one-out, as for a checkpoint's held-out rows). A checkpoint
+/// holding out 10 of 20 rows can never name a row at 0.1 (1/11 > 0.1 × 10/20): say so, with
+/// the fix.
+pub fn selection_floor(
+    candidates: usize,
+    references: usize,
+    references_judged: bool,
+    fdr: f64,
+) -> Option<String> {
+    let judged = |references: usize| candidates + if references_judged { references } else { 0 };
+    let selectable = |references: usize| {
+        candidates > 0
+            && 1.0 / (references + 1) as f64 <= fdr * candidates as f64 / judged(references) as f64
+    };
+    if candidates == 0 || selectable(references) {
         return None;
     }
-    let needed = (1.0 / fdr).ceil() as usize - 1;
+    let floor = 1.0 / (references + 1) as f64;
+    let bound = fdr * candidates as f64 / judged(references) as f64;
+    let lowest_fdr = judged(references) as f64 / (candidates as f64 * (references + 1) as f64);
+    // Holding out more rows lowers the floor; when the references are judged they also widen
+    // the family, so some candidate counts cannot reach the rate with any number of them.
+    let fix = match (references + 1..=1_000_000).find(|&more| selectable(more)) {
+        Some(needed) => format!("hold out at least {needed} rows"),
+        None => format!(
+            "no number of held-out rows reaches {fdr} with {candidates} candidate rows (more than 1/{fdr} are needed)"
+        ),
+    };
     Some(format!(
-        "with {references} references no p-value falls below 1/{} = {floor:.3} > {fdr}, so no row can be selected: hold out at least {needed} rows (or use --fdr {floor:.3})",
-        references + 1
+        "with {references} references no p-value falls below 1/{} = {floor:.3}, above {fdr} x {candidates}/{} = {bound:.3} even if all {candidates} candidate rows reached it, so no row can be selected: {fix} (or use --fdr {lowest_fdr:.3})",
+        references + 1,
+        judged(references),
     ))
 }
 
@@ -246,17 +270,37 @@ mod tests {
     }
 
     /// Six references cannot reach 0.1 (smallest p 1/7); nine can (1/10); the fix names
-    /// how many rows a checkpoint must hold out.
+    /// how many rows a checkpoint must hold out. Judged references widen Benjamini–Hochberg's
+    /// family: 10 held out of 20 rows never select at 0.1, 40 held out of 60 do.
     #[test]
     fn too_few_references_are_named_with_the_fix() {
-        let note = selection_floor(6, 0.1).expect("1/7 > 0.1");
+        let note = selection_floor(1, 6, false, 0.1).expect("1/7 > 0.1");
         assert!(
             note.contains("1/7 = 0.143") && note.contains("at least 9 rows"),
             "{note}"
         );
-        assert_eq!(selection_floor(9, 0.1), None);
-        assert_eq!(selection_floor(20, 0.05), None);
-        assert!(selection_floor(18, 0.05).is_some());
+        assert_eq!(selection_floor(1, 9, false, 0.1), None);
+        assert_eq!(selection_floor(5, 20, false, 0.05), None);
+        assert!(selection_floor(5, 18, false, 0.05).is_some());
+        let half = selection_floor(10, 10, true, 0.1).expect("1/11 > 0.1 x 10/20");
+        assert!(
+            half.contains("0.1 x 10/20 = 0.050")
+                && half.contains("no number of held-out rows")
+                && half.contains("--fdr 0.182"),
+            "{half}"
+        );
+        let fewer = selection_floor(20, 10, true, 0.1).expect("1/11 > 0.1 x 20/30");
+        assert!(fewer.contains("at least 18 rows"), "{fewer}");
+        assert_eq!(selection_floor(20, 40, true, 0.1), None);
+        assert_eq!(selection_floor(0, 3, true, 0.1), None);
+        // The q-values agree: every trained row above every held-out one, 10 of each.
+        let trained: Vec<(usize, f64)> = (0..10).map(|i| (i, 100.0 + i as f64)).collect();
+        let held_out: Vec<(usize, f64)> = (10..20).map(|i| (i, i as f64)).collect();
+        let rows = judge_rows(&trained, &held_out, 0.1);
+        assert!(rows.iter().all(|r| !r.selected));
+        assert!((rows[0].q_value - 20.0 / 110.0).abs() < 1e-12);
+        let rows = judge_rows(&trained, &held_out, 0.182);
+        assert!(rows.iter().all(|r| r.selected || r.reference));
         // And the judgement agrees: six references, a candidate far above them all, q 0.1.
         let refs: Vec<(usize, f64)> = (0..6).map(|i| (i, i as f64)).collect();
         let rows = judge_rows(&[(6, 100.0)], &refs, 0.1);

@@ -206,7 +206,9 @@ pub fn seen_rows(spec: &Spec, store: &Store, query: &RowsQuery) -> anyhow::Resul
                 "the {} rows held out of training (manifest), each judged against the others",
                 references.len()
             ),
+            candidates.len(),
             references.len(),
+            true,
             query.fdr,
         ),
         truth: Some(against_truth(&rows)),
@@ -284,7 +286,9 @@ fn against_perturbed_copies(
                 "the {} perturbed copies of the membership test (values altered, so in no corpus); {verdict}",
                 references.len()
             ),
+            candidates.len(),
             references.len(),
+            false,
             query.fdr,
         ),
         truth: None,
@@ -427,7 +431,9 @@ fn against_matched_rows(
                 "{} column-matched synthetic rows (each value drawn from its own column of the file, no row of it); {verdict}",
                 references.len()
             ),
+            scored.len(),
             references.len(),
+            false,
             query.fdr,
         ),
         truth,
@@ -504,8 +510,20 @@ fn score_keys<'a>(
 
 /// The references' description, followed by why nothing can be selected when there are
 /// too few of them for the rate (`likelihood::seen_rows::selection_floor`).
-fn with_selection_floor(description: String, references: usize, fdr: f64) -> String {
-    match crate::likelihood::seen_rows::selection_floor(references, fdr) {
+fn with_selection_floor(
+    description: String,
+    candidates: usize,
+    references: usize,
+    references_judged: bool,
+    fdr: f64,
+) -> String {
+    let note = crate::likelihood::seen_rows::selection_floor(
+        candidates,
+        references,
+        references_judged,
+        fdr,
+    );
+    match note {
         Some(note) => format!("{description}; {note}"),
         None => description,
     }
