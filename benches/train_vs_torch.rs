@@ -82,7 +82,7 @@ fn ours(model_dir: &Path, windows_path: &Path) {
         let ids = Tensor::from_vec(flat, (batch, window), &Device::Cpu).unwrap();
         let weights = Tensor::ones((batch, seq), DType::F32, &Device::Cpu).unwrap();
         let loss = model.loss(&ids, &weights).unwrap();
-        let grads = loss.backward().unwrap();
+        let grads = model.backward(&loss).unwrap();
         optimizer.step(&grads).unwrap();
         loss.to_scalar::<f32>().unwrap()
     };

@@ -18,10 +18,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use serde_json::Value;
 
 use super::TrainError;
+use super::linear::{GradSink, trained_linear};
 pub use super::llama_config::LlamaConfig;
 use super::llama_config::unpermute_rows;
 use super::lora::{Adapters, LoraSettings, LoraTarget};
@@ -111,9 +113,15 @@ struct Layer {
     up: Var,
     down: Var,
     gemma: Option<GemmaNorms>,
+    /// Where each projection's weight gradient lands (`linear.rs`), by [`LoraTarget`].
+    sinks: [GradSink; 7],
 }
 
 impl Layer {
+    fn sink(&self, target: LoraTarget) -> &GradSink {
+        &self.sinks[target.index()]
+    }
+
     fn projection(&self, target: LoraTarget) -> &Var {
         match target {
             LoraTarget::Q => &self.q,
@@ -247,6 +255,7 @@ impl LlamaTrainer {
                         up: var(up)?,
                         down: var(down)?,
                         gemma,
+                        sinks: Default::default(),
                     })
                 },
             )
@@ -301,9 +310,10 @@ impl LlamaTrainer {
 
     /// `h Wᵀ` for one projection of layer `i`, plus its adapter's share under LoRA.
     fn project(&self, h: &Tensor, i: usize, target: LoraTarget) -> candle_core::Result<Tensor> {
-        let w = self.layers[i].projection(target);
+        let layer = &self.layers[i];
+        let w = layer.projection(target);
         let Some(lora) = &self.lora else {
-            return linear(h, w);
+            return trained_linear(h, w, layer.sink(target));
         };
         let base = ops::frozen_linear(h, w.as_tensor())?;
         match lora.get(i, target) {
@@ -420,6 +430,10 @@ impl LlamaTrainer {
     /// Mean next-token cross-entropy of `ids` (`batch × (seq + 1)` token ids, as u32)
     /// over the positions where `weights` (`batch × seq`, 1.0 or 0.0) is 1.
     pub fn loss(&self, ids: &Tensor, weights: &Tensor) -> candle_core::Result<Tensor> {
+        // A new forward pass starts new weight gradients: forget any no backward pass took.
+        for sink in self.layers.iter().flat_map(|l| &l.sinks) {
+            sink.clear();
+        }
         let (_, len) = ids.dims2()?;
         let seq = len - 1;
         let inputs = ids.narrow(1, 0, seq)?;
@@ -432,6 +446,27 @@ impl LlamaTrainer {
         let hidden = self.hidden(&inputs)?;
         let head = self.weight(self.lm_head.as_ref().unwrap_or(&self.embed));
         ops::head_cross_entropy(&hidden, &head, targets, weights, count)
+    }
+
+    /// The gradients of `loss` (a [`LlamaTrainer::loss`] of this model) for every trainable
+    /// weight: candle's backward pass, and the projections' weight gradients that their ops
+    /// left in their sinks (`linear.rs`).
+    pub fn backward(&self, loss: &Tensor) -> candle_core::Result<GradStore> {
+        let mut grads = loss.backward()?;
+        for layer in &self.layers {
+            for target in LoraTarget::ALL {
+                let var = layer.projection(target);
+                let Some(grad) = layer.sink(target).take(var.shape())? else {
+                    continue;
+                };
+                let total = match grads.get(var.as_tensor()) {
+                    Some(earlier) => (earlier + grad)?,
+                    None => grad,
+                };
+                grads.insert(var.as_tensor(), total);
+            }
+        }
+        Ok(grads)
     }
 
     /// The final hidden state (after the last norm) of every position, `(batch * seq,
@@ -524,7 +559,12 @@ impl LlamaTrainer {
                     (ops::frozen_linear(&gated, layer.down.as_tensor())?
                         + lora.delta(adapter, &gated)?)?
                 }
-                None => ops::swiglu_down(&gate, &up, &self.weight(&layer.down))?,
+                None if self.lora.is_some() => {
+                    ops::swiglu_down(&gate, &up, &self.weight(&layer.down))?
+                }
+                None => {
+                    ops::swiglu_down_into(&gate, &up, &layer.down, layer.sink(LoraTarget::Down))?
+                }
             };
             let down = match &layer.gemma {
                 Some(g) => self.norm(&down, &g.post_ffn_norm)?,
@@ -620,7 +660,8 @@ fn read_layer(
     Ok((main, extra))
 }
 
-/// `x Wᵀ` over rows `(n, in)`.
+/// `x Wᵀ` over rows `(n, in)` through candle's matmul (the composed reference's).
+#[cfg(test)]
 fn linear(xs: &Tensor, w: &Var) -> candle_core::Result<Tensor> {
     xs.matmul(&w.as_tensor().t()?)
 }

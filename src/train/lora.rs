@@ -65,7 +65,7 @@ impl LoraTarget {
         }
     }
 
-    fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         LoraTarget::ALL
             .iter()
             .position(|&t| t == self)

@@ -13,6 +13,7 @@
 pub mod data;
 pub mod gemma3_config;
 pub mod heap;
+pub mod linear;
 pub mod llama;
 pub mod llama_config;
 pub mod lora;
@@ -434,7 +435,9 @@ pub fn build_checkpoints(
                 // gradient is that of the step's mean loss.
                 let scaled = (loss * (count as f64 / targets as f64))
                     .map_err(candle_err("scaling the loss"))?;
-                let grads = scaled.backward().map_err(candle_err("backward pass"))?;
+                let grads = model
+                    .backward(&scaled)
+                    .map_err(candle_err("backward pass"))?;
                 accumulated = Some(match accumulated {
                     None => grads,
                     Some(mut sum) => {

@@ -13,9 +13,11 @@
 //! (`composed`, kept here beside what it checks); seven ops make the file long.
 
 use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Storage, Tensor, bail,
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Storage, Tensor, Var, bail,
 };
 use tabcontam_kernels::train as k;
+
+use super::linear::GradSink;
 
 /// The f32 values of a contiguous CPU storage, or an error naming the op.
 fn slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
@@ -556,7 +558,10 @@ pub fn attention_probs(
 
 /// The MLP's down projection of its SwiGLU: `(silu(gate) · up) Wᵀ`, with the product
 /// recomputed in the backward pass instead of kept (`tokens × intermediate` per layer).
-struct SwiGluDown;
+/// With a sink, the weight's gradient goes there (`linear.rs`) rather than to candle.
+struct SwiGluDown {
+    sink: Option<GradSink>,
+}
 
 impl CustomOp3 for SwiGluDown {
     fn name(&self) -> &'static str {
@@ -576,12 +581,11 @@ impl CustomOp3 for SwiGluDown {
         let CpuStorage::F32(gated) = gated else {
             bail!("swiglu_down: f32 only")
         };
-        let device = candle_core::Device::Cpu;
-        let gated = Tensor::from_vec(gated, shape, &device)?;
-        let w = Tensor::from_slice(slice(s3, l3, self.name())?, l3.shape(), &device)?;
-        let out = gated.matmul(&w.t()?)?;
-        let shape = out.shape().clone();
-        Ok((CpuStorage::F32(out.flatten_all()?.to_vec1::<f32>()?), shape))
+        let (rows, inputs) = shape.dims2()?;
+        let (out, _) = l3.shape().dims2()?;
+        let w = slice(s3, l3, self.name())?;
+        let down = super::linear::forward(&gated, w, rows, out, inputs);
+        Ok((CpuStorage::F32(down), Shape::from((rows, out))))
     }
 
     fn bwd(
@@ -596,22 +600,52 @@ impl CustomOp3 for SwiGluDown {
         let (gate, up, w) = (gate.detach(), up.detach(), w.detach());
         let grad = grad.detach();
         // A frozen down projection (LoRA) needs no weight gradient, nor the product for it.
-        let dw = if weight_grad {
-            let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
-            Some(grad.t()?.matmul(&gated)?)
-        } else {
-            None
+        let dw = match (&self.sink, weight_grad) {
+            (Some(sink), _) => {
+                let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
+                super::linear::accumulate_weight_grad(sink, &grad, &gated)?;
+                None
+            }
+            (None, true) => {
+                let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
+                Some(grad.t()?.matmul(&gated)?)
+            }
+            (None, false) => None,
         };
-        let d_gated = grad.matmul(&w)?;
+        let (rows, out) = grad.dims2()?;
+        let (_, inputs) = w.dims2()?;
+        let d_gated = with_values(&grad, |dy| {
+            with_values(&w, |w| super::linear::input_grad(dy, w, rows, out, inputs))
+        })??;
+        let d_gated = Tensor::from_vec(d_gated, (rows, inputs), grad.device())?;
         let (dgate, dup) = SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
         Ok((dgate, dup, dw))
     }
 }
 
-/// `(silu(gate) · up) Wᵀ` ([`SwiGluDown`]).
+/// `(silu(gate) · up) Wᵀ` ([`SwiGluDown`]), `W`'s gradient through candle (when tracked).
 pub fn swiglu_down(gate: &Tensor, up: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    gate.contiguous()?
-        .apply_op3(&up.contiguous()?, &w.contiguous()?, SwiGluDown)
+    gate.contiguous()?.apply_op3(
+        &up.contiguous()?,
+        &w.contiguous()?,
+        SwiGluDown { sink: None },
+    )
+}
+
+/// [`swiglu_down`] of a trained weight whose gradient lands in `sink`.
+pub fn swiglu_down_into(
+    gate: &Tensor,
+    up: &Tensor,
+    w: &Var,
+    sink: &GradSink,
+) -> candle_core::Result<Tensor> {
+    gate.contiguous()?.apply_op3(
+        &up.contiguous()?,
+        &w.as_tensor().detach(),
+        SwiGluDown {
+            sink: Some(sink.clone()),
+        },
+    )
 }
 
 /// `x Wᵀ` with `W` frozen (a LoRA base weight): the backward pass gives `x` its gradient
@@ -627,11 +661,13 @@ impl CustomOp1 for FrozenLinear {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let device = candle_core::Device::Cpu;
-        let x = Tensor::from_slice(slice(s, l, self.name())?, l.shape(), &device)?;
-        let out = x.matmul(&self.weight.t()?)?;
-        let shape = out.shape().clone();
-        Ok((CpuStorage::F32(out.flatten_all()?.to_vec1::<f32>()?), shape))
+        let (rows, inputs) = l.shape().dims2()?;
+        let (out, _) = self.weight.dims2()?;
+        let x = slice(s, l, self.name())?;
+        let y = with_values(&self.weight, |w| {
+            super::linear::forward(x, w, rows, out, inputs)
+        })?;
+        Ok((CpuStorage::F32(y), Shape::from((rows, out))))
     }
 
     fn bwd(
@@ -640,7 +676,15 @@ impl CustomOp1 for FrozenLinear {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(grad.detach().matmul(&self.weight)?))
+        let (rows, out) = grad.dims2()?;
+        let (_, inputs) = self.weight.dims2()?;
+        let dy = grad.detach();
+        let dx = with_values(&dy, |dy| {
+            with_values(&self.weight, |w| {
+                super::linear::input_grad(dy, w, rows, out, inputs)
+            })
+        })??;
+        Ok(Some(Tensor::from_vec(dx, (rows, inputs), grad.device())?))
     }
 }
 
@@ -885,6 +929,37 @@ mod tests {
             |t| (composed::silu(&t[0])? * &t[1])?.matmul(&t[2].t()?),
             1e-4,
         );
+    }
+
+    /// The down projection with its weight's gradient in a sink gives the product and the
+    /// gradients of the one that hands it to candle.
+    #[test]
+    fn swiglu_down_into_a_sink_matches_candles_weight_gradient() {
+        let (gate, up, w) = (randn(&[9, 40]), randn(&[9, 40]), randn(&[12, 40]));
+        let r = Tensor::randn(0f32, 1.0, (9, 12), &Device::Cpu).unwrap();
+        let sink = GradSink::default();
+        let ours = swiglu_down_into(gate.as_tensor(), up.as_tensor(), &w, &sink).unwrap();
+        let theirs = swiglu_down(gate.as_tensor(), up.as_tensor(), w.as_tensor()).unwrap();
+        let diff = |a: &Tensor, b: &Tensor| {
+            let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+            d.to_scalar::<f32>().unwrap()
+        };
+        assert_eq!(diff(&ours, &theirs), 0.0);
+        let ga = (ours * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let gb = (theirs * &r)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert!(ga.get(w.as_tensor()).is_none());
+        let dw = sink.take(w.shape()).unwrap().unwrap();
+        assert!(diff(&dw, gb.get(w.as_tensor()).unwrap()) < 1e-5);
+        let (a, b) = (
+            ga.get(gate.as_tensor()).unwrap(),
+            gb.get(gate.as_tensor()).unwrap(),
+        );
+        assert_eq!(diff(a, b), 0.0);
     }
 
     /// Frozen weights (LoRA's base) get no gradient from any op that takes one, and the

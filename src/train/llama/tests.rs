@@ -108,7 +108,10 @@ fn fused_network_matches_the_composed_one() {
         composed.to_scalar::<f32>().unwrap(),
     );
     assert!((a - b).abs() < 1e-4, "fused loss {a}, composed {b}");
-    let (ga, gb) = (fused.backward().unwrap(), composed.backward().unwrap());
+    let (ga, gb) = (
+        model.backward(&fused).unwrap(),
+        composed.backward().unwrap(),
+    );
     for (name, var) in model.named_vars() {
         let (x, y) = (
             ga.get(var.as_tensor()).unwrap(),
@@ -183,7 +186,7 @@ fn lora_trains_adapters_only_and_merges_to_the_same_network() {
     );
     assert!((a - b).abs() < 1e-4, "adapted {a}, merged {b}");
 
-    let grads = loss.backward().unwrap();
+    let grads = model.backward(&loss).unwrap();
     for (name, var) in model.named_vars() {
         assert!(
             grads.get(var.as_tensor()).is_none(),
@@ -277,7 +280,9 @@ fn gemma3_gradients_match_the_loss_slopes() {
     // A window shorter than the batch's 9 positions: the banded attention takes part.
     let model = tiny_gemma3(4);
     let (ids, weights) = tiny_batch();
-    let grads = model.loss(&ids, &weights).unwrap().backward().unwrap();
+    let grads = model
+        .backward(&model.loss(&ids, &weights).unwrap())
+        .unwrap();
     let vars = model.named_vars();
     assert_eq!(vars.len(), 2 + 2 * 13);
     for (name, var) in &vars {
