@@ -241,6 +241,14 @@ pub fn trained_linear(x: &Tensor, w: &Var, sink: &GradSink) -> candle_core::Resu
     })
 }
 
+/// The largest absolute difference of two tensors of one shape (the trainer's tests).
+#[cfg(test)]
+pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .and_then(|d| d.abs()?.max_all()?.to_scalar::<f32>())
+        .expect("tensors of one shape")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,17 +267,6 @@ mod tests {
         Tensor::from_vec(values, shape, &Device::Cpu).unwrap()
     }
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-    }
-
     /// The op gives the product, `x`'s gradient and (in its sink) `W`'s gradient of candle's
     /// own `x.matmul(Wᵀ)`, bit for bit, on shapes that leave partial gemm tiles; a second
     /// backward pass adds to the sink, and `take` empties it.
@@ -283,7 +280,7 @@ mod tests {
             let ours = trained_linear(x.as_tensor(), &w, &sink).unwrap();
             let theirs = x.as_tensor().matmul(&w.as_tensor().t().unwrap()).unwrap();
             assert_eq!(
-                max_diff(&ours, &theirs),
+                max_abs_diff(&ours, &theirs),
                 0.0,
                 "product {rows}x{inputs}x{out}"
             );
@@ -300,10 +297,10 @@ mod tests {
                 "W's gradient bypasses candle"
             );
             let dx = grads.get(x.as_tensor()).unwrap();
-            assert_eq!(max_diff(dx, reference.get(x.as_tensor()).unwrap()), 0.0);
+            assert_eq!(max_abs_diff(dx, reference.get(x.as_tensor()).unwrap()), 0.0);
             let dw = sink.take(w.shape()).unwrap().unwrap();
             let expected = reference.get(w.as_tensor()).unwrap();
-            assert_eq!(max_diff(&dw, expected), 0.0, "dW {rows}x{inputs}x{out}");
+            assert_eq!(max_abs_diff(&dw, expected), 0.0, "dW {rows}x{inputs}x{out}");
             assert!(
                 sink.take(w.shape()).unwrap().is_none(),
                 "take empties the sink"
@@ -316,7 +313,7 @@ mod tests {
             }
             let twice = sink.take(w.shape()).unwrap().unwrap();
             let doubled = (expected * 2.0).unwrap();
-            assert!(max_diff(&twice, &doubled) <= 1e-5 * (1.0 + inputs as f32));
+            assert!(max_abs_diff(&twice, &doubled) <= 1e-5 * (1.0 + inputs as f32));
         }
         let sink = GradSink::default();
         let x = seeded((2, 3), 4);

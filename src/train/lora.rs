@@ -340,14 +340,7 @@ mod tests {
         let through_merged = h.matmul(&merged.t().unwrap()).unwrap();
         let through_adapter =
             (h.matmul(&w.t().unwrap()).unwrap() + adapters.delta(adapter, &h).unwrap()).unwrap();
-        let diff = (through_merged - through_adapter)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let diff = crate::train::linear::max_abs_diff(&through_merged, &through_adapter);
         assert!(diff < 1e-4, "{diff}");
         // Seeded: the same seed gives the same A, another seed another.
         let again = Adapters::new(LoraSettings::new(4), 2, 7, |_, _| (6, 10)).unwrap();

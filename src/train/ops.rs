@@ -940,10 +940,7 @@ mod tests {
         let sink = GradSink::default();
         let ours = swiglu_down_into(gate.as_tensor(), up.as_tensor(), &w, &sink).unwrap();
         let theirs = swiglu_down(gate.as_tensor(), up.as_tensor(), w.as_tensor()).unwrap();
-        let diff = |a: &Tensor, b: &Tensor| {
-            let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-            d.to_scalar::<f32>().unwrap()
-        };
+        let diff = crate::train::linear::max_abs_diff;
         assert_eq!(diff(&ours, &theirs), 0.0);
         let ga = (ours * &r).unwrap().sum_all().unwrap().backward().unwrap();
         let gb = (theirs * &r)
