@@ -24,27 +24,7 @@ impl GradSink {
     /// Adds `dyᵀ x` (`dy` `(rows, out)`, `x` `(rows, in)`, both row-major) to the gradient.
     fn accumulate(&self, dy: &[f32], x: &[f32], rows: usize, out: usize, inputs: usize) {
         let mut slot = self.0.lock().expect("a gradient sink is never poisoned");
-        let read = slot.is_some();
-        let buffer = slot.get_or_insert_with(|| Vec::with_capacity(out * inputs));
-        // The `(in, out)` product `xᵀ dy` written column-major is `(out, in)` row-major:
-        // the orientation candle's backward gives gemm, so the sums match its own.
-        // SAFETY: the buffer holds `out · in` floats of capacity; gemm writes every one of
-        // them (and reads them only when `read`, after they were written).
-        unsafe {
-            gemm_f32(
-                Product {
-                    m: inputs,
-                    n: out,
-                    k: rows,
-                    dst: (1, inputs as isize),
-                    lhs: (x.as_ptr(), 1, inputs as isize),
-                    rhs: (dy.as_ptr(), out as isize, 1),
-                },
-                buffer.as_mut_ptr(),
-                read,
-            );
-            buffer.set_len(out * inputs);
-        }
+        add_weight_grad(&mut slot, dy, x, rows, out, inputs);
     }
 
     /// The summed gradient as a tensor of `shape`, leaving the sink empty.
@@ -62,6 +42,40 @@ impl GradSink {
     /// Forgets a gradient left by a backward pass nobody drained.
     pub fn clear(&self) {
         *self.0.lock().expect("a gradient sink is never poisoned") = None;
+    }
+}
+
+/// Adds `dyᵀ x` (`dy` `(rows, out)`, `x` `(rows, in)`, both row-major) to the `(out, in)`
+/// gradient in `slot`, which gemm writes whole the first time (no zeroed buffer, no add).
+pub fn add_weight_grad(
+    slot: &mut Option<Vec<f32>>,
+    dy: &[f32],
+    x: &[f32],
+    rows: usize,
+    out: usize,
+    inputs: usize,
+) {
+    assert_eq!((dy.len(), x.len()), (rows * out, rows * inputs));
+    let read = slot.is_some();
+    let buffer = slot.get_or_insert_with(|| Vec::with_capacity(out * inputs));
+    // The `(in, out)` product `xᵀ dy` written column-major is `(out, in)` row-major:
+    // the orientation candle's backward gives gemm, so the sums match its own.
+    // SAFETY: the buffer holds `out · in` floats of capacity; gemm writes every one of
+    // them (and reads them only when `read`, after they were written).
+    unsafe {
+        gemm_f32(
+            Product {
+                m: inputs,
+                n: out,
+                k: rows,
+                dst: (1, inputs as isize),
+                lhs: (x.as_ptr(), 1, inputs as isize),
+                rhs: (dy.as_ptr(), out as isize, 1),
+            },
+            buffer.as_mut_ptr(),
+            read,
+        );
+        buffer.set_len(out * inputs);
     }
 }
 

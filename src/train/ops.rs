@@ -332,39 +332,45 @@ impl HeadCrossEntropy {
     ) -> candle_core::Result<(f64, Option<HeadGrads>)> {
         let (n, _) = hidden.dims2()?;
         let (vocab, h) = weight.dims2()?;
-        let w_t = weight.t()?;
         let mut loss = 0f64;
-        let mut d_hidden = Vec::new();
+        let mut d_hidden = Vec::with_capacity(if grad_scale.is_some() { n * h } else { 0 });
         let mut d_weight: Option<Vec<f32>> = None;
-        for start in (0..n).step_by(HEAD_CHUNK) {
-            let len = HEAD_CHUNK.min(n - start);
-            let x = hidden.narrow(0, start, len)?;
-            let logits = x.matmul(&w_t)?;
-            let mut values = logits.flatten_all()?.to_vec1::<f32>()?;
-            drop(logits);
-            let losses = k::cross_entropy_rows(
-                &mut values,
-                vocab,
-                &self.targets[start..start + len],
-                &self.weights[start..start + len],
-                grad_scale,
-            );
-            loss += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
-            if grad_scale.is_some() {
-                let g = Tensor::from_vec(values, (len, vocab), hidden.device())?;
-                d_hidden.push(g.matmul(weight)?);
-                if weight_grad {
-                    let dw = g.t()?.matmul(&x)?;
-                    match &mut d_weight {
-                        None => d_weight = Some(dw.flatten_all()?.to_vec1::<f32>()?),
-                        Some(acc) => with_values(&dw, |dw| k::add_assign(acc, dw))?,
+        // gemm straight on the values (`linear.rs`): candle's matmul zeroed each chunk's
+        // logits and each chunk's `d weight` (the size of the head) before writing them, and
+        // both were then copied out and the latter added up.
+        with_values(hidden, |hidden| {
+            with_values(weight, |weight| {
+                for start in (0..n).step_by(HEAD_CHUNK) {
+                    let len = HEAD_CHUNK.min(n - start);
+                    let x = &hidden[start * h..(start + len) * h];
+                    let mut values = super::linear::forward(x, weight, len, vocab, h);
+                    let losses = k::cross_entropy_rows(
+                        &mut values,
+                        vocab,
+                        &self.targets[start..start + len],
+                        &self.weights[start..start + len],
+                        grad_scale,
+                    );
+                    loss += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
+                    if grad_scale.is_some() {
+                        d_hidden.extend(super::linear::input_grad(&values, weight, len, vocab, h));
+                        if weight_grad {
+                            super::linear::add_weight_grad(
+                                &mut d_weight,
+                                &values,
+                                x,
+                                len,
+                                vocab,
+                                h,
+                            );
+                        }
                     }
                 }
-            }
-        }
+            })
+        })??;
         let grads = match grad_scale {
-            Some(_) if !d_hidden.is_empty() => Some((
-                Tensor::cat(&d_hidden, 0)?,
+            Some(_) if n > 0 => Some((
+                Tensor::from_vec(d_hidden, (n, h), hidden.device())?,
                 d_weight
                     .map(|dw| Tensor::from_vec(dw, (vocab, h), weight.device()))
                     .transpose()?,
