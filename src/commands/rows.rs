@@ -76,7 +76,7 @@ pub fn run(args: RowsArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = &judged.truth {
         writeln!(
             out,
-            "against the manifest: {} of {} trained rows found (power {:.2}); {} rows not trained on selected (false-identification rate {:.3})",
+            "against the manifest: {} of {} trained rows found (power {:.2}); of the rows selected, {} not trained on (false-identification rate {:.3})",
             t.trained_found,
             t.trained,
             t.power,

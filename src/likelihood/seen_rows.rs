@@ -81,13 +81,13 @@ pub fn selection_floor(
     // Holding out more rows lowers the floor; when the references are judged they also widen
     // the family, so some candidate counts cannot reach the rate with any number of them.
     let fix = match (references + 1..=1_000_000).find(|&more| selectable(more)) {
-        Some(needed) => format!("hold out at least {needed} rows"),
+        Some(needed) => format!("hold out at least {needed} rows, or use --fdr {lowest_fdr:.3}"),
         None => format!(
-            "no number of held-out rows reaches {fdr} with {candidates} candidate rows (more than 1/{fdr} are needed)"
+            "with {candidates} candidate rows no number of held-out rows reaches {fdr} (it takes more than 1/{fdr} candidates); use --fdr {lowest_fdr:.3}"
         ),
     };
     Some(format!(
-        "with {references} references no p-value falls below 1/{} = {floor:.3}, above {fdr} x {candidates}/{} = {bound:.3} even if all {candidates} candidate rows reached it, so no row can be selected: {fix} (or use --fdr {lowest_fdr:.3})",
+        "with {references} references no p-value falls below 1/{} = {floor:.3}, above {fdr} x {candidates}/{} = {bound:.3} even if all {candidates} candidate rows reached it, so no row can be selected: {fix}",
         references + 1,
         judged(references),
     ))
