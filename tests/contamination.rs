@@ -473,6 +473,33 @@ fn a_model_trained_on_a_dataset_completes_its_rows_and_only_those() {
     env.ok(&with_flag);
     assert_eq!(std::fs::read(&elsewhere).unwrap(), card);
 
+    // Another spec runs the same base id on a table this study does not list, into the same
+    // cache: the card counts the study's own datasets, so it comes back byte for byte (it
+    // counted the other run's cells as false positives before).
+    let other = env.path("other.toml");
+    std::fs::write(
+        &other,
+        format!(
+            "name = \"other\"\nseed = 0\ndatasets = [\"synthetic:6:12\"]\n\
+             tests = [\"full-completion\", \"incomplete-completion\"]\n\
+             \n[[models]]\nid = \"base\"\nbackend = \"local\"\nmodel = \"{}\"\n",
+            base.display()
+        ),
+    )
+    .unwrap();
+    env.ok(&[
+        "run",
+        other.to_str().unwrap(),
+        "--cache",
+        cache.to_str().unwrap(),
+    ]);
+    env.ok(&calibrate);
+    assert_eq!(
+        std::fs::read(&card_path).unwrap(),
+        card,
+        "another spec's cells changed the card"
+    );
+
     report_with_card(&env, &cache, &card_path);
 }
 

@@ -1,8 +1,9 @@
 //! The controlled-contamination study of a spec's `[calibration]` table, end to end, in one
 //! call: every checkpoint (built or reused), the run on the base model and the checkpoints
-//! through the cache, the calibration of every test over the spec's own models, and the
+//! through the cache, the calibration of every test over the spec's own models, datasets and tests, and the
 //! calibration card written from the cache (`docs/calibration.md` by default).
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -108,23 +109,33 @@ pub fn run_study(
     // 2. The tests on the base model and every checkpoint, through the cache.
     let (report, store) = run_keeping_store(spec, run, observer)?;
 
-    // 3. The calibration of every test, over this spec's models only (the cache may hold
-    // other studies), read from the store the run wrote.
-    let ours = |id: &str| spec.models.iter().any(|m| m.id == id);
+    // 3. The calibration of every test, over this spec's models, datasets and tests only,
+    // read from the store the run wrote. The cache may hold other studies, and a base model
+    // shared with one (the same id) has cells there: counted, they would change this card's
+    // false-positive rates with whatever else the cache ran.
+    let catalog = Catalog::open(run.data_dir.as_deref())?;
+    let dataset_ids: HashSet<String> = spec
+        .datasets
+        .iter()
+        .map(|name| catalog.load(name).map(|d| d.id))
+        .collect::<anyhow::Result<_>>()?;
+    let ours = |model: &str, dataset: &str| {
+        spec.models.iter().any(|m| m.id == model) && dataset_ids.contains(dataset)
+    };
     let models: Vec<_> = store
         .models()?
         .into_iter()
-        .filter(|m| ours(&m.id))
+        .filter(|m| spec.models.iter().any(|s| s.id == m.id))
         .collect();
     let cells: Vec<_> = store
         .cells()?
         .into_iter()
-        .filter(|c| ours(&c.model))
+        .filter(|c| ours(&c.model, &c.dataset) && spec.tests.contains(&c.test))
         .collect();
     let trials: Vec<_> = store
         .trials()?
         .into_iter()
-        .filter(|t| ours(&t.model))
+        .filter(|t| ours(&t.model, &t.dataset) && spec.tests.contains(&t.test))
         .collect();
     let primary = spec
         .serializations
@@ -133,12 +144,12 @@ pub fn run_study(
     let likelihood: Vec<_> = store
         .likelihood_cells()?
         .into_iter()
-        .filter(|c| ours(&c.model))
+        .filter(|c| ours(&c.model, &c.dataset))
         .collect();
     let row_order: Vec<_> = store
         .row_order_cells()?
         .into_iter()
-        .filter(|c| ours(&c.model))
+        .filter(|c| spec.row_order && ours(&c.model, &c.dataset))
         .collect();
     let rows = StudyRows {
         models: &models,
@@ -165,7 +176,6 @@ pub fn run_study(
             .map(|m| m.identity.revision.clone()),
         training: study.training_summary(spec.seed),
     });
-    let catalog = Catalog::open(run.data_dir.as_deref())?;
     study_card.treatments = study
         .treatments
         .iter()
