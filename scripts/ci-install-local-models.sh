@@ -66,6 +66,17 @@ else
     installed+=("${packages[@]}")
 fi
 
+# 2b. peft, for the LoRA race of `cargo bench --bench train_vs_torch` (no test needs it). Kept
+# out of the pinned list, whose change rebuilds the tiny models; without its dependencies,
+# which the pins above already bring (torch, transformers, accelerate and theirs).
+if "$venv/bin/python" -c "import peft" 2>/dev/null; then
+    log "peft present"
+else
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps peft==0.21.2
+    "$venv/bin/python" -c "import peft"
+    installed+=("peft==0.21.2")
+fi
+
 # 3. Tiny models and expected outputs (redone when the script or packages change).
 want="$(sha256sum "$here/make-tiny-models.py" | cut -d' ' -f1) ${packages[*]}"
 if [[ -f "$tiny/.made" && "$(cat "$tiny/.made")" == "$want" ]]; then
