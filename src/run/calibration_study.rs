@@ -119,13 +119,12 @@ pub fn run_study(
         .iter()
         .map(|name| catalog.load(name).map(|d| d.id))
         .collect::<anyhow::Result<_>>()?;
-    let ours = |model: &str, dataset: &str| {
-        spec.models.iter().any(|m| m.id == model) && dataset_ids.contains(dataset)
-    };
+    let our_model = |id: &str| spec.models.iter().any(|m| m.id == id);
+    let ours = |model: &str, dataset: &str| our_model(model) && dataset_ids.contains(dataset);
     let models: Vec<_> = store
         .models()?
         .into_iter()
-        .filter(|m| spec.models.iter().any(|s| s.id == m.id))
+        .filter(|m| our_model(&m.id))
         .collect();
     let cells: Vec<_> = store
         .cells()?

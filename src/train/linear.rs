@@ -179,26 +179,35 @@ pub fn input_grad(dy: &[f32], w: &[f32], rows: usize, out: usize, inputs: usize)
 pub fn accumulate_weight_grad(sink: &GradSink, dy: &Tensor, x: &Tensor) -> candle_core::Result<()> {
     let (rows, out) = dy.dims2()?;
     let (_, inputs) = x.dims2()?;
-    let (dy, x) = (dy.contiguous()?, x.contiguous()?);
-    let (dy_storage, dy_layout) = dy.storage_and_layout();
-    let (x_storage, x_layout) = x.storage_and_layout();
-    let (Storage::Cpu(dy_cpu), Storage::Cpu(x_cpu)) = (&*dy_storage, &*x_storage) else {
-        bail!("the trainer's linear layers run on CPU only")
-    };
-    let dy = values(dy_cpu, dy_layout)?;
-    let x = values(x_cpu, x_layout)?;
-    sink.accumulate(dy, x, rows, out, inputs);
-    Ok(())
+    with_values(dy, |dy| {
+        with_values(x, |x| sink.accumulate(dy, x, rows, out, inputs))
+    })?
 }
 
-fn values<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
+/// The f32 values of a contiguous CPU storage, or an error naming the op.
+pub(super) fn slice<'a>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+    op: &str,
+) -> candle_core::Result<&'a [f32]> {
     let CpuStorage::F32(values) = storage else {
-        bail!("trained-linear: f32 tensors only")
+        bail!("{op}: f32 tensors only")
     };
     let Some((start, end)) = layout.contiguous_offsets() else {
-        bail!("trained-linear: contiguous tensors only")
+        bail!("{op}: contiguous tensors only")
     };
     Ok(&values[start..end])
+}
+
+/// Runs `f` on the f32 values of `t` (made contiguous first when it is not). Here for
+/// `ops.rs` too, which builds on this file.
+pub(super) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        bail!("the trainer's ops run on CPU only")
+    };
+    Ok(f(slice(cpu, layout, "with_values")?))
 }
 
 /// `x Wᵀ` of a trained weight: the backward pass returns `x`'s gradient to candle and
@@ -206,16 +215,6 @@ fn values<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&
 struct TrainedLinear {
     weight: Tensor,
     sink: GradSink,
-}
-
-impl TrainedLinear {
-    fn with_weight<R>(&self, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
-        let (storage, layout) = self.weight.storage_and_layout();
-        let Storage::Cpu(cpu) = &*storage else {
-            bail!("the trainer's linear layers run on CPU only")
-        };
-        Ok(f(values(cpu, layout)?))
-    }
 }
 
 impl CustomOp1 for TrainedLinear {
@@ -226,22 +225,19 @@ impl CustomOp1 for TrainedLinear {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, inputs) = l.shape().dims2()?;
         let (out, _) = self.weight.dims2()?;
-        let x = values(s, l)?;
-        let y = self.with_weight(|w| forward(x, w, rows, out, inputs))?;
+        let x = slice(s, l, self.name())?;
+        let y = with_values(&self.weight, |w| forward(x, w, rows, out, inputs))?;
         Ok((CpuStorage::F32(y), Shape::from((rows, out))))
     }
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let (rows, inputs) = x.dims2()?;
         let (out, _) = self.weight.dims2()?;
-        let grad = grad.detach().contiguous()?;
+        let grad = grad.detach();
         accumulate_weight_grad(&self.sink, &grad, &x.detach())?;
-        let (storage, layout) = grad.storage_and_layout();
-        let Storage::Cpu(cpu) = &*storage else {
-            bail!("the trainer's linear layers run on CPU only")
-        };
-        let dy = values(cpu, layout)?;
-        let dx = self.with_weight(|w| input_grad(dy, w, rows, out, inputs))?;
+        let dx = with_values(&grad, |dy| {
+            with_values(&self.weight, |w| input_grad(dy, w, rows, out, inputs))
+        })??;
         Ok(Some(Tensor::from_vec(dx, (rows, inputs), grad.device())?))
     }
 }

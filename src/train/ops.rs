@@ -13,32 +13,11 @@
 //! (`composed`, kept here beside what it checks); seven ops make the file long.
 
 use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Storage, Tensor, Var, bail,
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, Var, bail,
 };
 use tabcontam_kernels::train as k;
 
-use super::linear::GradSink;
-
-/// The f32 values of a contiguous CPU storage, or an error naming the op.
-fn slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
-    let CpuStorage::F32(values) = storage else {
-        bail!("{op}: f32 tensors only")
-    };
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        bail!("{op}: contiguous tensors only")
-    };
-    Ok(&values[start..end])
-}
-
-/// Runs `f` on the f32 values of `t` (made contiguous first when it is not).
-fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
-    let t = t.contiguous()?;
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(cpu) = &*storage else {
-        bail!("the trainer's ops run on CPU only")
-    };
-    Ok(f(slice(cpu, layout, "with_values")?))
-}
+use super::linear::{GradSink, slice, with_values};
 
 fn tensor(values: Vec<f32>, shape: &Shape, like: &Tensor) -> candle_core::Result<Tensor> {
     Tensor::from_vec(values, shape.clone(), like.device())
