@@ -210,16 +210,19 @@ pub(super) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_
     Ok(f(slice(cpu, layout, "with_values")?))
 }
 
-/// `x Wᵀ` of a trained weight: the backward pass returns `x`'s gradient to candle and
-/// leaves `W`'s in the weight's [`GradSink`].
-struct TrainedLinear {
+/// `x Wᵀ`: the backward pass returns `x`'s gradient to candle and, for a trained weight,
+/// leaves `W`'s in the weight's [`GradSink`] (none for a frozen one).
+struct Linear {
     weight: Tensor,
-    sink: GradSink,
+    sink: Option<GradSink>,
 }
 
-impl CustomOp1 for TrainedLinear {
+impl CustomOp1 for Linear {
     fn name(&self) -> &'static str {
-        "train-linear"
+        match self.sink {
+            Some(_) => "train-linear",
+            None => "train-frozen-linear",
+        }
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
@@ -234,7 +237,9 @@ impl CustomOp1 for TrainedLinear {
         let (rows, inputs) = x.dims2()?;
         let (out, _) = self.weight.dims2()?;
         let grad = grad.detach();
-        accumulate_weight_grad(&self.sink, &grad, &x.detach())?;
+        if let Some(sink) = &self.sink {
+            accumulate_weight_grad(sink, &grad, &x.detach())?;
+        }
         let dx = with_values(&grad, |dy| {
             with_values(&self.weight, |w| input_grad(dy, w, rows, out, inputs))
         })??;
@@ -242,16 +247,25 @@ impl CustomOp1 for TrainedLinear {
     }
 }
 
-/// `x Wᵀ` over rows `x` `(n, in)` for a trained weight `w` `(out, in)`: `x` gets its
-/// gradient through candle, `w` in `sink`.
-pub fn trained_linear(x: &Tensor, w: &Var, sink: &GradSink) -> candle_core::Result<Tensor> {
-    x.contiguous()?.apply_op1(TrainedLinear {
-        weight: w.as_tensor().detach(),
-        sink: sink.clone(),
+/// `x Wᵀ` over rows `x` `(n, in)` for a weight `(out, in)`, its gradient into `sink` when
+/// it has one.
+pub(super) fn linear_op(
+    x: &Tensor,
+    weight: &Tensor,
+    sink: Option<&GradSink>,
+) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1(Linear {
+        weight: weight.detach(),
+        sink: sink.cloned(),
     })
 }
 
-/// The largest absolute difference of two tensors of one shape (the trainer's tests).
+/// `x Wᵀ` over rows `x` `(n, in)` for a trained weight `w` `(out, in)`: `x` gets its
+/// gradient through candle, `w` in `sink`.
+pub fn trained_linear(x: &Tensor, w: &Var, sink: &GradSink) -> candle_core::Result<Tensor> {
+    linear_op(x, w.as_tensor(), Some(sink))
+}
+
 #[cfg(test)]
 pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b)

@@ -635,49 +635,9 @@ pub fn swiglu_down_into(
 
 /// `x Wᵀ` with `W` frozen (a LoRA base weight): the backward pass gives `x` its gradient
 /// and skips `W`'s, a third of a linear layer's training arithmetic, which candle's own
-/// matmul would compute for a weight no optimizer reads.
-struct FrozenLinear {
-    weight: Tensor,
-}
-
-impl CustomOp1 for FrozenLinear {
-    fn name(&self) -> &'static str {
-        "train-frozen-linear"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (rows, inputs) = l.shape().dims2()?;
-        let (out, _) = self.weight.dims2()?;
-        let x = slice(s, l, self.name())?;
-        let y = with_values(&self.weight, |w| {
-            super::linear::forward(x, w, rows, out, inputs)
-        })?;
-        Ok((CpuStorage::F32(y), Shape::from((rows, out))))
-    }
-
-    fn bwd(
-        &self,
-        _x: &Tensor,
-        _res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<Option<Tensor>> {
-        let (rows, out) = grad.dims2()?;
-        let (_, inputs) = self.weight.dims2()?;
-        let dy = grad.detach();
-        let dx = with_values(&dy, |dy| {
-            with_values(&self.weight, |w| {
-                super::linear::input_grad(dy, w, rows, out, inputs)
-            })
-        })??;
-        Ok(Some(Tensor::from_vec(dx, (rows, inputs), grad.device())?))
-    }
-}
-
-/// `x Wᵀ` for a frozen `W` `(out, in)` and `x` `(n, in)` ([`FrozenLinear`]).
+/// matmul would compute for a weight no optimizer reads (`linear.rs`'s op without a sink).
 pub fn frozen_linear(x: &Tensor, weight: &Tensor) -> candle_core::Result<Tensor> {
-    x.contiguous()?.apply_op1(FrozenLinear {
-        weight: weight.detach(),
-    })
+    super::linear::linear_op(x, weight, None)
 }
 
 /// The same ops composed of plain candle ops with candle's own backward (the trainer's
