@@ -11,6 +11,7 @@ mod mock_server;
 #[path = "support/tiny_llama.rs"]
 mod tiny_llama;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
@@ -308,6 +309,55 @@ fn remote_and_local_models_of_one_spec_run_at_the_same_time() {
         local_first < remote_last && remote_first < local_last,
         "remote {remote_first}..{remote_last}, local {local_first}..{local_last}"
     );
+}
+
+/// Every stored answer of a cache, by request key.
+fn answers(cache: &Path) -> Vec<(Vec<u8>, String)> {
+    let conn = rusqlite::Connection::open(cache).unwrap();
+    let mut statement = conn
+        .prepare("SELECT key, text FROM responses ORDER BY key")
+        .unwrap();
+    statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Lanes share one loaded model, each with its own KV caches and kept prefix: three of
+/// them store the very answers one lane does.
+#[test]
+fn a_local_model_answers_alike_on_one_lane_and_on_three() {
+    let env = Env::new();
+    let model = env.path("tiny");
+    tiny_llama::write_tiny_llama(&model, tiny_llama::VOCAB);
+    let mut stored = Vec::new();
+    for lanes in [1, 3] {
+        let spec = env.spec(
+            &format!("lanes-{lanes}.toml"),
+            &format!(
+                "{HEADER}{}max_batch = 4\nlanes = {lanes}\n",
+                local_model("tiny", &model)
+            ),
+        );
+        let cache = env.path(&format!("lanes-{lanes}.sqlite"));
+        let out = env
+            .command(&["run", spec.to_str().unwrap(), "--json"])
+            .arg("--cache")
+            .arg(&cache)
+            .output()
+            .unwrap();
+        succeeded(&out);
+        assert_eq!(json(&out)["models"]["tiny"]["sent"], PER_MODEL);
+        stored.push(answers(&cache));
+    }
+    assert_eq!(stored[0].len() as u64, PER_MODEL);
+    let distinct: HashSet<&String> = stored[0].iter().map(|(_, text)| text).collect();
+    assert!(
+        distinct.len() >= 5,
+        "the answers differ by prompt: {distinct:?}"
+    );
+    assert!(stored[0] == stored[1], "three lanes changed an answer");
 }
 
 #[test]

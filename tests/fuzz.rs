@@ -175,6 +175,7 @@ const MODEL_KEYS: &[&str] = &[
     "headers",
     "anthropic_version",
     "max_batch",
+    "lanes",
     "chat_template",
     "temperature",
     "top_p",

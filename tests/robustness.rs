@@ -83,6 +83,7 @@ fn other_bad_spec_shapes_are_one_line_errors_naming_the_key() {
         (with("temperature = nan\n"), "`temperature = NaN`"),
         (with("top_p = -1.0\n"), "`top_p = -1`"),
         (with("max_batch = 0\n"), "`max_batch = 0`"),
+        (with("lanes = 0\n"), "`lanes = 0`"),
         (with("datasets = []\n"), "models[0] (`m`).datasets: empty"),
         (
             with("tests = [\"nope\"]\n"),

@@ -9,7 +9,9 @@ use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Tensor};
 
 use super::error::{CandleContext, LocalError};
-use super::layers::{Activation, CResult, LayerCache, Linear, Norm, Rope, attention};
+use super::layers::{
+    Activation, CResult, LayerCache, Linear, Norm, Rope, attention, with_f32_values,
+};
 use super::weights::Weights;
 
 /// Everything that distinguishes one decoder architecture from another.
@@ -588,8 +590,9 @@ impl DecoderModel {
             let mut dims = joined.dims().to_vec();
             let hidden = sizes[0];
             let rows = joined.elem_count() / (2 * hidden);
-            let values = joined.flatten_all()?.to_vec1::<f32>()?;
-            let product = tabcontam_kernels::activation::silu_mul(&values, rows, hidden);
+            let product = with_f32_values(&joined, |values| {
+                tabcontam_kernels::activation::silu_mul(values, rows, hidden)
+            })?;
             *dims.last_mut().expect("a feature dim") = hidden;
             let hidden = Tensor::from_vec(product, dims, xs.device())?;
             return layer.down.forward(&hidden);

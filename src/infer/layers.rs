@@ -298,6 +298,22 @@ impl Rope {
 /// Scaled dot-product attention. `q`: `(b, heads, tq, d)`; `k`, `v`: `(b, kv_heads, tk, d)`;
 /// `mask`: additive `(b, 1, tq, tk)`; `bias`: additive `(1 or b, heads, tq, tk)` (T5).
 /// Grouped-query heads are folded into the query rows instead of copying `k` and `v`.
+/// `f` on the f32 values of `t` in row-major order: borrowed from a contiguous f32 CPU
+/// tensor (a prefill's activations are megabytes per layer, and copying each matmul's input
+/// and the MLP's product cost a tenth of prefill time), copied otherwise.
+pub fn with_f32_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> CResult<R> {
+    if t.dtype() == DType::F32 {
+        let (storage, layout) = t.storage_and_layout();
+        if let (candle_core::Storage::Cpu(cpu), Some((start, end))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            return Ok(f(&cpu.as_slice::<f32>()?[start..end]));
+        }
+    }
+    let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    Ok(f(&values))
+}
+
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -319,6 +335,68 @@ pub fn attention(
     } else {
         q.clone()
     };
+    // The kernel reads one dense mask row per batch entry and query row (no broadcasting).
+    let dense_mask = match mask {
+        Some(m) => {
+            let (mb, mh, _, mk) = m.dims4()?;
+            mb == batch && mh == 1 && mk == k.dim(2)?
+        }
+        None => true,
+    };
+    if softcap.is_none()
+        && bias.is_none()
+        && dense_mask
+        && q.device().is_cpu()
+        && q.dtype() == DType::F32
+        && tabcontam_kernels::cpu::isa() >= tabcontam_kernels::cpu::Isa::Avx512
+    {
+        // Scale, mask and softmax in one kernel call on the product.
+        let scores = q.matmul(&k.t()?)?;
+        let (_, _, rows, keys) = scores.dims4()?;
+        let mask = mask
+            .map(|m| {
+                if group > 1 && m.dim(2)? != rows {
+                    m.repeat((1, 1, group, 1))?.contiguous()
+                } else {
+                    m.contiguous()
+                }
+            })
+            .transpose()?;
+        let probs = with_f32_values(&scores, |scores| -> CResult<Vec<f32>> {
+            let mut probs = vec![0f32; scores.len()];
+            match &mask {
+                Some(mask) => with_f32_values(mask, |values| {
+                    let mask = tabcontam_kernels::attention::RowMask {
+                        values,
+                        rows_per_head: rows,
+                        heads: kv_heads,
+                    };
+                    tabcontam_kernels::attention::masked_softmax(
+                        scores,
+                        keys,
+                        scale as f32,
+                        Some(mask),
+                        &mut probs,
+                    )
+                })?,
+                None => tabcontam_kernels::attention::masked_softmax(
+                    scores,
+                    keys,
+                    scale as f32,
+                    None,
+                    &mut probs,
+                ),
+            }
+            Ok(probs)
+        })??;
+        let probs = Tensor::from_vec(probs, scores.shape(), &Device::Cpu)?;
+        let out = probs.matmul(v)?;
+        return if group > 1 {
+            out.reshape((batch, heads, tq, head_dim))
+        } else {
+            Ok(out)
+        };
+    }
     let mut scores = (q.matmul(&k.t()?)? * scale)?;
     if let Some(cap) = softcap {
         scores = ((scores / cap)?.tanh()? * cap)?;

@@ -153,8 +153,40 @@ pub struct LocalModel {
     revision: String,
     files: ModelFiles,
     options: LocalOptions,
-    stats: LocalStats,
+    /// The lane of the `&mut self` calls; [`respond_on`](LocalModel::respond_on) takes others.
+    lane: Lane,
+}
+
+/// What one caller of a shared [`LocalModel`] keeps between its calls: the prefix kept from
+/// its previous call and its counters. The weights are read-only, so lanes on different
+/// threads (each with its own one-thread rayon pool) generate at once from one loaded model:
+/// on 2 cores that keeps both busy through the serial parts of a micro-batch (sampling, the
+/// stop rules, masks, small ops) that a batch split across both cores leaves one core idle
+/// for.
+#[derive(Default)]
+pub struct Lane {
     kept_prefix: Option<PrefixCache>,
+    stats: LocalStats,
+}
+
+impl Lane {
+    pub fn stats(&self) -> LocalStats {
+        self.stats
+    }
+}
+
+impl LocalStats {
+    /// The counters of two lanes together.
+    pub fn plus(self, other: LocalStats) -> LocalStats {
+        LocalStats {
+            prompt_tokens_processed: self.prompt_tokens_processed + other.prompt_tokens_processed,
+            prompt_tokens_reused: self.prompt_tokens_reused + other.prompt_tokens_reused,
+            tokens_generated: self.tokens_generated + other.tokens_generated,
+            prompts: self.prompts + other.prompts,
+            prefill_nanos: self.prefill_nanos + other.prefill_nanos,
+            decode_nanos: self.decode_nanos + other.decode_nanos,
+        }
+    }
 }
 
 impl LocalModel {
@@ -270,8 +302,7 @@ impl LocalModel {
             revision,
             files,
             options: options.clone(),
-            stats: LocalStats::default(),
-            kept_prefix: None,
+            lane: Lane::default(),
         })
     }
 
@@ -281,11 +312,11 @@ impl LocalModel {
     }
 
     pub fn stats(&self) -> LocalStats {
-        self.stats
+        self.lane.stats
     }
 
     pub fn reset_stats(&mut self) {
-        self.stats = LocalStats::default();
+        self.lane.stats = LocalStats::default();
     }
 
     /// Batch size and prefix reuse can change between calls (device and weights cannot).
@@ -293,7 +324,7 @@ impl LocalModel {
         self.options.max_batch = max_batch.max(1);
         self.options.prefix_reuse = prefix_reuse;
         if !prefix_reuse {
-            self.kept_prefix = None;
+            self.lane.kept_prefix = None;
         }
     }
 
@@ -355,7 +386,23 @@ impl LocalModel {
         params: &GenerationParams,
         sample: u32,
     ) -> Result<Vec<Response>, LocalError> {
-        let results = self.generate_from_ids_budgets(tokenized, budgets, params, sample)?;
+        let mut lane = std::mem::take(&mut self.lane);
+        let responses = self.respond_on(&mut lane, tokenized, budgets, params, sample);
+        self.lane = lane;
+        responses
+    }
+
+    /// [`respond_from_ids`](Self::respond_from_ids) on a caller's own [`Lane`]: several
+    /// threads share the model, each with its lane.
+    pub fn respond_on(
+        &self,
+        lane: &mut Lane,
+        tokenized: &[Vec<u32>],
+        budgets: &[u32],
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Result<Vec<Response>, LocalError> {
+        let results = self.generate_on(lane, tokenized, budgets, params, sample)?;
         results
             .into_iter()
             .map(|generated| {
@@ -430,6 +477,20 @@ impl LocalModel {
         params: &GenerationParams,
         sample: u32,
     ) -> Result<Vec<Generated>, LocalError> {
+        let mut lane = std::mem::take(&mut self.lane);
+        let generated = self.generate_on(&mut lane, prompts, budgets, params, sample);
+        self.lane = lane;
+        generated
+    }
+
+    fn generate_on(
+        &self,
+        lane: &mut Lane,
+        prompts: &[Vec<u32>],
+        budgets: &[u32],
+        params: &GenerationParams,
+        sample: u32,
+    ) -> Result<Vec<Generated>, LocalError> {
         if budgets.len() != prompts.len() {
             return Err(LocalError::Encode(format!(
                 "{} token budgets for {} prompts",
@@ -450,7 +511,7 @@ impl LocalModel {
             prefix_reuse: self.options.prefix_reuse,
             top_logprobs: self.options.top_logprobs,
         };
-        self.stats.prompts += prompts.len() as u64;
+        lane.stats.prompts += prompts.len() as u64;
         let mut results: Vec<Generated> = prompts
             .iter()
             .map(|t| Generated {
@@ -491,12 +552,12 @@ impl LocalModel {
                 model,
                 prompts,
                 &settings,
-                &mut self.kept_prefix,
-                &mut self.stats,
+                &mut lane.kept_prefix,
+                &mut lane.stats,
                 &stop_check,
             )?,
             Network::T5(model) => {
-                generate::generate_t5(model, prompts, &settings, &mut self.stats, &stop_check)?
+                generate::generate_t5(model, prompts, &settings, &mut lane.stats, &stop_check)?
             }
         };
         for (&i, output) in running.iter().zip(generated) {
@@ -534,9 +595,9 @@ impl LocalModel {
         }
         let scored = score::score_decoder(model, ids)
             .context(|| format!("scoring a text of {} tokens", ids.len()))?;
-        self.stats.prompts += 1;
-        self.stats.prompt_tokens_processed += ids.len().saturating_sub(1) as u64;
-        self.stats.prefill_nanos += started.elapsed().as_nanos() as u64;
+        self.lane.stats.prompts += 1;
+        self.lane.stats.prompt_tokens_processed += ids.len().saturating_sub(1) as u64;
+        self.lane.stats.prefill_nanos += started.elapsed().as_nanos() as u64;
         Ok(scored)
     }
 
@@ -547,7 +608,7 @@ impl LocalModel {
 
     /// Forgets the shared prefix kept from the previous call.
     pub fn clear_prefix_cache(&mut self) {
-        self.kept_prefix = None;
+        self.lane.kept_prefix = None;
     }
 
     fn apply_chat_template(&self, prompt: &str) -> String {

@@ -19,6 +19,7 @@ use candle_core::{DType, Device, Tensor};
 use tabcontam_kernels::vnni::{self, Blocks};
 
 use super::error::CResult;
+use super::layers::with_f32_values;
 
 /// Output columns per rayon task: enough work per task (a few hundred thousand
 /// multiply-adds for a 576-wide row) to amortize the hand-off.
@@ -84,35 +85,32 @@ pub fn matmul(xs: &Tensor, weight: &QTensor) -> CResult<Tensor> {
         candle_core::bail!("linear input width {last} does not match the weight ({n}, {k})");
     }
     let rows: usize = lead.iter().product();
-    let xs_dtype = xs.dtype();
-    let lhs = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     let data = weight.data()?;
     // The portable path (`TABCONTAM_CPU=portable`) takes candle's plain loops too, so a
     // machine with AVX2 also runs what a machine without it computes.
     let portable = tabcontam_kernels::cpu::isa() == tabcontam_kernels::cpu::Isa::Portable;
-    if let Some(kind) = panel_blocks(weight.dtype())
-        && rows >= vnni::PANEL_ROWS
-        && vnni::available()
-        && kind.fits(k)
-    {
-        // Many rows on AVX-512 VNNI: int8 panels (Q4_1 takes them inside its own kernel).
-        let xs = tabcontam_kernels::int8_rows::Activations::quantize(&lhs, k);
-        let out = vnni::matmul(kind, &data, n, k, &xs, rows);
-        let mut out_dims = lead.to_vec();
-        out_dims.push(n);
-        return Tensor::from_vec(out, out_dims, &Device::Cpu)?.to_dtype(xs_dtype);
-    }
-    let out = match weight.dtype() {
-        GgmlDType::Q8_0 => run::<BlockQ8_0>(&data, n, k, &lhs, rows, portable)?,
-        GgmlDType::Q4_0 => run::<BlockQ4_0>(&data, n, k, &lhs, rows, portable)?,
-        GgmlDType::Q4_1 => tabcontam_kernels::q4_1::matmul(&data, n, k, &lhs, rows),
-        GgmlDType::Q2K => run::<BlockQ2K>(&data, n, k, &lhs, rows, portable)?,
-        GgmlDType::Q3K => run::<BlockQ3K>(&data, n, k, &lhs, rows, portable)?,
-        GgmlDType::Q4K => run::<BlockQ4K>(&data, n, k, &lhs, rows, portable)?,
-        GgmlDType::Q5K => run::<BlockQ5K>(&data, n, k, &lhs, rows, portable)?,
-        GgmlDType::Q6K => run::<BlockQ6K>(&data, n, k, &lhs, rows, portable)?,
-        other => candle_core::bail!("no block matmul for {other:?}"),
-    };
+    let out = with_f32_values(xs, |lhs| -> CResult<Vec<f32>> {
+        if let Some(kind) = panel_blocks(weight.dtype())
+            && rows >= vnni::PANEL_ROWS
+            && vnni::available()
+            && kind.fits(k)
+        {
+            // Many rows on AVX-512 VNNI: int8 panels (Q4_1 takes them inside its own kernel).
+            let xs = tabcontam_kernels::int8_rows::Activations::quantize(lhs, k);
+            return Ok(vnni::matmul(kind, &data, n, k, &xs, rows));
+        }
+        Ok(match weight.dtype() {
+            GgmlDType::Q8_0 => run::<BlockQ8_0>(&data, n, k, lhs, rows, portable)?,
+            GgmlDType::Q4_0 => run::<BlockQ4_0>(&data, n, k, lhs, rows, portable)?,
+            GgmlDType::Q4_1 => tabcontam_kernels::q4_1::matmul(&data, n, k, lhs, rows),
+            GgmlDType::Q2K => run::<BlockQ2K>(&data, n, k, lhs, rows, portable)?,
+            GgmlDType::Q3K => run::<BlockQ3K>(&data, n, k, lhs, rows, portable)?,
+            GgmlDType::Q4K => run::<BlockQ4K>(&data, n, k, lhs, rows, portable)?,
+            GgmlDType::Q5K => run::<BlockQ5K>(&data, n, k, lhs, rows, portable)?,
+            GgmlDType::Q6K => run::<BlockQ6K>(&data, n, k, lhs, rows, portable)?,
+            other => candle_core::bail!("no block matmul for {other:?}"),
+        })
+    })??;
     let mut out_dims = lead.to_vec();
     out_dims.push(n);
     Tensor::from_vec(out, out_dims, &Device::Cpu)?.to_dtype(xs.dtype())

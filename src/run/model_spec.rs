@@ -70,6 +70,10 @@ pub struct ModelSpec {
     /// Local models: prompts decoded together (bounds memory; default 8).
     #[serde(default)]
     pub max_batch: Option<usize>,
+    /// Local models: micro-batches generated at once, each on one core with the weights
+    /// shared (default: `TABCONTAM_LANES`, else one per core).
+    #[serde(default)]
+    pub lanes: Option<usize>,
     /// Local models: wrap prompts in the model's chat template (off: the paper's raw prompt).
     #[serde(default)]
     pub chat_template: bool,

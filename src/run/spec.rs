@@ -365,6 +365,8 @@ pub const MAX_SAMPLES: u32 = 1000;
 pub const MAX_CONCURRENCY: usize = 10_000;
 /// Most prompts a local model decodes together.
 pub const MAX_BATCH: usize = 4096;
+/// Lanes of a local model: each holds a micro-batch's KV cache.
+pub const MAX_LANES: usize = 256;
 /// Longest request timeout, in seconds (one day).
 const MAX_TIMEOUT_S: f64 = 86_400.0;
 
@@ -425,6 +427,11 @@ fn check_model_numbers(model: &ModelSpec) -> Result<(), String> {
         return Err(format!(
             "`max_batch = {batch}` must be within 1–{MAX_BATCH}"
         ));
+    }
+    if let Some(lanes) = model.lanes
+        && !(1..=MAX_LANES).contains(&lanes)
+    {
+        return Err(format!("`lanes = {lanes}` must be within 1–{MAX_LANES}"));
     }
     for (key, price) in [
         ("price_input_per_mtok", model.price_input_per_mtok),
@@ -721,6 +728,8 @@ mod tests {
             ("timeout_s = -1.0", "`timeout_s = -1`"),
             ("timeout_s = 1e300", "`timeout_s = 10000000000"),
             ("max_batch = 0", "`max_batch = 0`"),
+            ("lanes = 0", "`lanes = 0`"),
+            ("lanes = 100000", "`lanes = 100000` must be within 1–256"),
             ("price_input_per_mtok = -1.0", "`price_input_per_mtok = -1`"),
             (
                 "backoff_base_ms = 10\nbackoff_max_ms = 1",

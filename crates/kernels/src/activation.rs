@@ -60,7 +60,7 @@ fn silu_mul_plain(gate: &[f32], up: &[f32], out: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
     /// # Safety
@@ -85,7 +85,7 @@ mod avx512 {
     /// scaled by 2^n), clamped to the finite range as libm's is.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn exp(x: __m512) -> __m512 {
+    pub(crate) fn exp(x: __m512) -> __m512 {
         let x = _mm512_min_ps(
             _mm512_max_ps(x, _mm512_set1_ps(-103.972_08)),
             _mm512_set1_ps(88.722_84),
