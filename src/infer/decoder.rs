@@ -408,6 +408,15 @@ impl DecoderModel {
         }
     }
 
+    /// Bytes of KV cache one sequence holds per position (every layer's keys and values).
+    pub fn kv_bytes_per_position(&self) -> usize {
+        self.layers.len()
+            * 2
+            * self.spec.num_kv_heads
+            * self.spec.head_dim
+            * self.dtype.size_in_bytes()
+    }
+
     /// The window of sliding-window layers, if any.
     pub fn sliding_window(&self) -> Option<usize> {
         self.layers.iter().find_map(|l| l.sliding_window)

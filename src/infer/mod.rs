@@ -159,7 +159,7 @@ pub struct LocalModel {
 
 /// What one caller of a shared [`LocalModel`] keeps between its calls: the prefix kept from
 /// its previous call and its counters. The weights are read-only, so lanes on different
-/// threads (each with its own one-thread rayon pool) generate at once from one loaded model:
+/// threads (each in a rayon pool of its own) generate at once from one loaded model:
 /// on 2 cores that keeps both busy through the serial parts of a micro-batch (sampling, the
 /// stop rules, masks, small ops) that a batch split across both cores leaves one core idle
 /// for.
@@ -304,6 +304,15 @@ impl LocalModel {
             options: options.clone(),
             lane: Lane::default(),
         })
+    }
+
+    /// Bytes of KV cache one sequence holds per position; 0 for T5 (its lanes hold only
+    /// encoder outputs and a short decoder cache).
+    pub fn kv_bytes_per_position(&self) -> usize {
+        match &self.network {
+            Network::Decoder(model) => model.kv_bytes_per_position(),
+            Network::T5(_) => 0,
+        }
     }
 
     /// The weights digest (`blake3:…`): the model's revision in request keys.

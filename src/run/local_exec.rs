@@ -261,7 +261,12 @@ fn generate_model(
         batch: vec![at],
     })?;
     let batches = schedule(requests, &tokenized, max_batch);
-    let lanes = work.spec.lanes.unwrap_or_else(lane_count);
+    let lanes = work.spec.lanes.unwrap_or_else(|| {
+        let longest = tokenized.iter().map(Vec::len).max().unwrap_or(0);
+        // Room for the answers: the cache grows past this only for long generations.
+        let per_lane = local.kv_bytes_per_position() * max_batch * (longest + 256);
+        lanes_within_memory(lane_count(), per_lane, available_memory())
+    });
     run_in_lanes(
         &local,
         requests,
@@ -365,18 +370,21 @@ pub fn run_in_lanes(
     if lanes == 1 {
         return run_lane(0).map(|()| total());
     }
-    // Each lane runs in a one-thread rayon pool, so the kernels' parallel loops (and
-    // candle's) stay on its core instead of waking the other lanes'.
+    // Each lane runs in a rayon pool of its own share of the cores (one thread when there
+    // is a lane per core), so the kernels' parallel loops (and candle's) stay on its cores
+    // instead of waking the other lanes'.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (cores / lanes).max(1);
     let outcomes: Vec<Result<(), LocalFailure>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..lanes)
             .map(|index| {
                 let run_lane = &run_lane;
-                scope.spawn(
-                    move || match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
+                scope.spawn(move || {
+                    match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
                         Ok(pool) => pool.install(|| run_lane(index)),
                         Err(_) => run_lane(index),
-                    },
-                )
+                    }
+                })
             })
             .collect();
         handles
@@ -389,7 +397,8 @@ pub fn run_in_lanes(
 }
 
 /// How many lanes generate at once when the spec does not say (`lanes`): `TABCONTAM_LANES`
-/// when set, else one per core. Each lane runs whole micro-batches on one core; the
+/// when set, else one per core (then fewer if their caches would not fit: see
+/// [`lanes_within_memory`]). Each lane runs whole micro-batches on one core; the
 /// weights are shared. Measured on the demo (2 cores, SmolLM2-135M Q4_1): one lane whose
 /// kernels split every op over both cores took 160.7 s at 138 % CPU, two lanes 69.6 s at
 /// 194 %, with the same 318 answers.
@@ -399,6 +408,22 @@ pub fn lane_count() -> usize {
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// `wanted` lanes, fewer where their KV caches (`per_lane` bytes each) would take more than
+/// a quarter of the memory available: one lane per core suits a small model, while 64
+/// lanes of an 8B model's caches would not fit.
+pub fn lanes_within_memory(wanted: usize, per_lane: usize, available: Option<usize>) -> usize {
+    let budget = available.map_or(2 << 30, |bytes| bytes / 4);
+    wanted.min((budget / per_lane.max(1)).max(1)).max(1)
+}
+
+/// `MemAvailable` of `/proc/meminfo` in bytes (Linux), else `None`.
+fn available_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The text of a caught panic's payload.
@@ -526,6 +551,20 @@ mod tests {
             },
             sample: 0,
         }
+    }
+
+    #[test]
+    fn lanes_shrink_to_what_memory_holds() {
+        // SmolLM2-135M: 30 layers × 2 × 3 KV heads × 64 × 4 bytes = 46 KB per position,
+        // batch 8 of 600 positions: 221 MB per lane.
+        let per_lane = 30 * 2 * 3 * 64 * 4 * 8 * 600;
+        assert_eq!(lanes_within_memory(2, per_lane, Some(20 << 30)), 2);
+        assert_eq!(lanes_within_memory(64, per_lane, Some(20 << 30)), 24);
+        // An 8B model (32 layers, 8 KV heads of 128) at batch 8 of 1,300 positions: 2.7 GB.
+        let per_lane = 32 * 2 * 8 * 128 * 4 * 8 * 1300;
+        assert_eq!(lanes_within_memory(64, per_lane, Some(64 << 30)), 6);
+        assert_eq!(lanes_within_memory(64, per_lane, Some(1 << 30)), 1);
+        assert_eq!(lanes_within_memory(4, 0, None), 4);
     }
 
     #[test]
