@@ -339,7 +339,7 @@ pub fn run_in_lanes(
             };
             current.store(batch[0], Ordering::SeqCst);
             let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                respond_on(local, &mut lane, requests, tokenized, batch)
+                respond(local, &mut lane, requests, tokenized, batch)
             }));
             let failure = |kind, message| {
                 stopped.store(true, Ordering::SeqCst);
@@ -488,24 +488,9 @@ pub fn schedule(requests: &[Request], tokenized: &[Vec<u32>], max_batch: usize) 
     batches
 }
 
-/// Runs one micro-batch of [`schedule`]: its prompts' responses, in its order.
+/// Runs one micro-batch of [`schedule`] on a lane (see [`Lane`]): its prompts' responses,
+/// in its order.
 pub fn respond(
-    local: &mut LocalModel,
-    requests: &[Request],
-    tokenized: &[Vec<u32>],
-    batch: &[usize],
-) -> Result<Vec<crate::request::Response>, crate::infer::LocalError> {
-    let first = &requests[batch[0]];
-    let ids: Vec<Vec<u32>> = batch.iter().map(|&i| tokenized[i].clone()).collect();
-    let budgets: Vec<u32> = batch
-        .iter()
-        .map(|&i| requests[i].params.max_tokens)
-        .collect();
-    local.respond_from_ids(&ids, &budgets, &first.params, first.sample)
-}
-
-/// [`respond`] on a lane of its own (see [`Lane`]).
-pub fn respond_on(
     local: &LocalModel,
     lane: &mut Lane,
     requests: &[Request],
