@@ -9,9 +9,8 @@ use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Tensor};
 
 use super::error::{CandleContext, LocalError};
-use super::layers::{
-    Activation, CResult, LayerCache, Linear, Norm, Rope, attention, with_f32_values,
-};
+use super::layers::{Activation, CResult, LayerCache, Linear, Norm, Rope, attention};
+use super::tensor_values::with_f32_values;
 use super::weights::Weights;
 
 /// Everything that distinguishes one decoder architecture from another.

@@ -9,6 +9,7 @@ use candle_core::quantized::{QMatMul, QStorage, QTensor};
 use candle_core::{D, DType, Device, Module, Tensor};
 
 use super::error::LocalError;
+use super::tensor_values::with_f32_values;
 use super::weights::Weights;
 
 pub use super::error::CResult;
@@ -298,22 +299,6 @@ impl Rope {
 /// Scaled dot-product attention. `q`: `(b, heads, tq, d)`; `k`, `v`: `(b, kv_heads, tk, d)`;
 /// `mask`: additive `(b, 1, tq, tk)`; `bias`: additive `(1 or b, heads, tq, tk)` (T5).
 /// Grouped-query heads are folded into the query rows instead of copying `k` and `v`.
-/// `f` on the f32 values of `t` in row-major order: borrowed from a contiguous f32 CPU
-/// tensor (a prefill's activations are megabytes per layer, and copying each matmul's input
-/// and the MLP's product cost a tenth of prefill time), copied otherwise.
-pub fn with_f32_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> CResult<R> {
-    if t.dtype() == DType::F32 {
-        let (storage, layout) = t.storage_and_layout();
-        if let (candle_core::Storage::Cpu(cpu), Some((start, end))) =
-            (&*storage, layout.contiguous_offsets())
-        {
-            return Ok(f(&cpu.as_slice::<f32>()?[start..end]));
-        }
-    }
-    let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    Ok(f(&values))
-}
-
 pub fn attention(
     q: &Tensor,
     k: &Tensor,

@@ -45,6 +45,7 @@ pub mod generate;
 pub mod layers;
 pub mod qmatmul;
 pub mod score;
+pub mod tensor_values;
 pub mod tokenizer;
 pub mod weights;
 

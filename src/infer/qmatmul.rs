@@ -19,7 +19,7 @@ use candle_core::{DType, Device, Tensor};
 use tabcontam_kernels::vnni::{self, Blocks};
 
 use super::error::CResult;
-use super::layers::with_f32_values;
+use super::tensor_values::with_f32_values;
 
 /// Output columns per rayon task: enough work per task (a few hundred thousand
 /// multiply-adds for a 576-wide row) to amortize the hand-off.
