@@ -22,9 +22,17 @@ pub struct GradSink(Arc<Mutex<Option<Vec<f32>>>>);
 
 impl GradSink {
     /// Adds `dyᵀ x` (`dy` `(rows, out)`, `x` `(rows, in)`, both row-major) to the gradient.
-    fn accumulate(&self, dy: &[f32], x: &[f32], rows: usize, out: usize, inputs: usize) {
+    fn accumulate(
+        &self,
+        dy: &[f32],
+        x: &[f32],
+        rows: usize,
+        out: usize,
+        inputs: usize,
+        threads: usize,
+    ) {
         let mut slot = self.0.lock().expect("a gradient sink is never poisoned");
-        add_weight_grad(&mut slot, dy, x, rows, out, inputs);
+        add_weight_grad_on(&mut slot, dy, x, rows, out, inputs, threads);
     }
 
     /// The summed gradient as a tensor of `shape`, leaving the sink empty.
@@ -55,6 +63,19 @@ pub fn add_weight_grad(
     out: usize,
     inputs: usize,
 ) {
+    add_weight_grad_on(slot, dy, x, rows, out, inputs, all_threads());
+}
+
+/// [`add_weight_grad`] on `threads` cores.
+pub(super) fn add_weight_grad_on(
+    slot: &mut Option<Vec<f32>>,
+    dy: &[f32],
+    x: &[f32],
+    rows: usize,
+    out: usize,
+    inputs: usize,
+    threads: usize,
+) {
     assert_eq!((dy.len(), x.len()), (rows * out, rows * inputs));
     let read = slot.is_some();
     let buffer = slot.get_or_insert_with(|| Vec::with_capacity(out * inputs));
@@ -74,6 +95,7 @@ pub fn add_weight_grad(
             },
             buffer.as_mut_ptr(),
             read,
+            threads,
         );
         buffer.set_len(out * inputs);
     }
@@ -90,14 +112,38 @@ struct Product {
     rhs: (*const f32, isize, isize),
 }
 
-/// gemm on every core candle trains on (`candle_core::utils::get_num_threads`), as
-/// candle's own matmul calls it; `read` adds to what `dst` holds instead of overwriting it.
+/// The cores candle trains on (`candle_core::utils::get_num_threads`): what one product
+/// runs on when it runs alone.
+pub(super) fn all_threads() -> usize {
+    candle_core::utils::get_num_threads().max(1)
+}
+
+/// Runs a backward pass's two independent products at once, `weight_grad` and
+/// `input_grad`, each gemm on its share of the cores (given to each closure).
+///
+/// Why: one gemm split over both cores waits at the end of every block for the slower
+/// half and packs its operands for each thread; two gemms side by side on one core each
+/// keep both busy without either. The results do not change: gemm splits its output, not
+/// the sums, so every value is the same whatever the thread count.
+pub(super) fn weight_and_input_grads<A: Send, B: Send>(
+    weight_grad: impl FnOnce(usize) -> A + Send,
+    input_grad: impl FnOnce(usize) -> B + Send,
+) -> (A, B) {
+    let threads = all_threads();
+    if threads < 2 {
+        return (weight_grad(1), input_grad(1));
+    }
+    let half = threads / 2;
+    rayon::join(|| weight_grad(half), || input_grad(threads - half))
+}
+
+/// gemm on `threads` cores, as candle's own matmul calls it; `read` adds to what `dst`
+/// holds instead of overwriting it.
 ///
 /// # Safety
 /// `dst` must have room for the product at its strides, and hold initialised values when
 /// `read`; the operands must be valid at theirs.
-unsafe fn gemm_f32(p: Product, dst: *mut f32, read: bool) {
-    let threads = candle_core::utils::get_num_threads();
+unsafe fn gemm_f32(p: Product, dst: *mut f32, read: bool, threads: usize) {
     let parallelism = match threads {
         0 | 1 => gemm::Parallelism::None,
         n => gemm::Parallelism::Rayon(n),
@@ -128,8 +174,8 @@ unsafe fn gemm_f32(p: Product, dst: *mut f32, read: bool) {
     }
 }
 
-/// A fresh row-major `(m, n)` product of `p`.
-fn product(p: Product) -> Vec<f32> {
+/// A fresh row-major `(m, n)` product of `p`, on `threads` cores.
+fn product(p: Product, threads: usize) -> Vec<f32> {
     let len = p.m * p.n;
     let mut out = Vec::with_capacity(len);
     // SAFETY: `out` has room for the `m × n` product at row stride `n`, which gemm writes
@@ -143,6 +189,7 @@ fn product(p: Product) -> Vec<f32> {
             },
             out.as_mut_ptr(),
             false,
+            threads,
         );
         out.set_len(len);
     }
@@ -152,35 +199,70 @@ fn product(p: Product) -> Vec<f32> {
 /// `x Wᵀ` for rows `x` `(rows, in)` and a weight `w` `(out, in)`, row-major.
 pub fn forward(x: &[f32], w: &[f32], rows: usize, out: usize, inputs: usize) -> Vec<f32> {
     assert_eq!((x.len(), w.len()), (rows * inputs, out * inputs));
-    product(Product {
-        m: rows,
-        n: out,
-        k: inputs,
-        dst: (0, 0),
-        lhs: (x.as_ptr(), inputs as isize, 1),
-        rhs: (w.as_ptr(), 1, inputs as isize),
-    })
+    product(
+        Product {
+            m: rows,
+            n: out,
+            k: inputs,
+            dst: (0, 0),
+            lhs: (x.as_ptr(), inputs as isize, 1),
+            rhs: (w.as_ptr(), 1, inputs as isize),
+        },
+        all_threads(),
+    )
 }
 
 /// `dy W`: the input's gradient, `(rows, in)`.
 pub fn input_grad(dy: &[f32], w: &[f32], rows: usize, out: usize, inputs: usize) -> Vec<f32> {
-    assert_eq!((dy.len(), w.len()), (rows * out, out * inputs));
-    product(Product {
-        m: rows,
-        n: inputs,
-        k: out,
-        dst: (0, 0),
-        lhs: (dy.as_ptr(), out as isize, 1),
-        rhs: (w.as_ptr(), inputs as isize, 1),
-    })
+    input_grad_on(dy, w, rows, out, inputs, all_threads())
 }
 
-/// Adds `dyᵀ x` to `sink` from tensors `dy` `(rows, out)` and `x` `(rows, in)`.
-pub fn accumulate_weight_grad(sink: &GradSink, dy: &Tensor, x: &Tensor) -> candle_core::Result<()> {
+/// [`input_grad`] on `threads` cores.
+pub fn input_grad_on(
+    dy: &[f32],
+    w: &[f32],
+    rows: usize,
+    out: usize,
+    inputs: usize,
+    threads: usize,
+) -> Vec<f32> {
+    assert_eq!((dy.len(), w.len()), (rows * out, out * inputs));
+    product(
+        Product {
+            m: rows,
+            n: inputs,
+            k: out,
+            dst: (0, 0),
+            lhs: (dy.as_ptr(), out as isize, 1),
+            rhs: (w.as_ptr(), inputs as isize, 1),
+        },
+        threads,
+    )
+}
+
+/// `dy W` from tensors `dy` `(rows, out)` and `w` `(out, in)` on `threads` cores, as a
+/// `(rows, in)` tensor.
+pub fn input_grad_tensor(dy: &Tensor, w: &Tensor, threads: usize) -> candle_core::Result<Tensor> {
+    let (rows, out) = dy.dims2()?;
+    let (_, inputs) = w.dims2()?;
+    let dx = with_values(dy, |dy| {
+        with_values(w, |w| input_grad_on(dy, w, rows, out, inputs, threads))
+    })??;
+    Tensor::from_vec(dx, (rows, inputs), dy.device())
+}
+
+/// Adds `dyᵀ x` to `sink` from tensors `dy` `(rows, out)` and `x` `(rows, in)`, on
+/// `threads` cores.
+pub fn accumulate_weight_grad(
+    sink: &GradSink,
+    dy: &Tensor,
+    x: &Tensor,
+    threads: usize,
+) -> candle_core::Result<()> {
     let (rows, out) = dy.dims2()?;
     let (_, inputs) = x.dims2()?;
     with_values(dy, |dy| {
-        with_values(x, |x| sink.accumulate(dy, x, rows, out, inputs))
+        with_values(x, |x| sink.accumulate(dy, x, rows, out, inputs, threads))
     })?
 }
 
@@ -234,16 +316,17 @@ impl CustomOp1 for Linear {
     }
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let (rows, inputs) = x.dims2()?;
-        let (out, _) = self.weight.dims2()?;
         let grad = grad.detach();
-        if let Some(sink) = &self.sink {
-            accumulate_weight_grad(sink, &grad, &x.detach())?;
-        }
-        let dx = with_values(&grad, |dy| {
-            with_values(&self.weight, |w| input_grad(dy, w, rows, out, inputs))
-        })??;
-        Ok(Some(Tensor::from_vec(dx, (rows, inputs), grad.device())?))
+        let Some(sink) = &self.sink else {
+            return input_grad_tensor(&grad, &self.weight, all_threads()).map(Some);
+        };
+        let x = x.detach();
+        let (weight_grad, dx) = weight_and_input_grads(
+            |threads| accumulate_weight_grad(sink, &grad, &x, threads),
+            |threads| input_grad_tensor(&grad, &self.weight, threads),
+        );
+        weight_grad?;
+        Ok(Some(dx?))
     }
 }
 

@@ -331,18 +331,29 @@ impl HeadCrossEntropy {
                         grad_scale,
                     );
                     loss += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
-                    if grad_scale.is_some() {
+                    if grad_scale.is_some() && weight_grad {
+                        // The two products side by side, as the projections' (`linear.rs`).
+                        let ((), dx) = super::linear::weight_and_input_grads(
+                            |threads| {
+                                super::linear::add_weight_grad_on(
+                                    &mut d_weight,
+                                    &values,
+                                    x,
+                                    len,
+                                    vocab,
+                                    h,
+                                    threads,
+                                )
+                            },
+                            |threads| {
+                                super::linear::input_grad_on(
+                                    &values, weight, len, vocab, h, threads,
+                                )
+                            },
+                        );
+                        d_hidden.extend(dx);
+                    } else if grad_scale.is_some() {
                         d_hidden.extend(super::linear::input_grad(&values, weight, len, vocab, h));
-                        if weight_grad {
-                            super::linear::add_weight_grad(
-                                &mut d_weight,
-                                &values,
-                                x,
-                                len,
-                                vocab,
-                                h,
-                            );
-                        }
                     }
                 }
             })
@@ -585,24 +596,30 @@ impl CustomOp3 for SwiGluDown {
         let (gate, up, w) = (gate.detach(), up.detach(), w.detach());
         let grad = grad.detach();
         // A frozen down projection (LoRA) needs no weight gradient, nor the product for it.
-        let dw = match (&self.sink, weight_grad) {
+        let (dw, d_gated) = match (&self.sink, weight_grad) {
             (Some(sink), _) => {
                 let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
-                super::linear::accumulate_weight_grad(sink, &grad, &gated)?;
-                None
+                // The weight's and the input's gradients side by side (`linear.rs`).
+                let (weight_grad, d_gated) = super::linear::weight_and_input_grads(
+                    |threads| super::linear::accumulate_weight_grad(sink, &grad, &gated, threads),
+                    |threads| super::linear::input_grad_tensor(&grad, &w, threads),
+                );
+                weight_grad?;
+                (None, d_gated?)
             }
             (None, true) => {
                 let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
-                Some(grad.t()?.matmul(&gated)?)
+                let dw = grad.t()?.matmul(&gated)?;
+                (
+                    Some(dw),
+                    super::linear::input_grad_tensor(&grad, &w, super::linear::all_threads())?,
+                )
             }
-            (None, false) => None,
+            (None, false) => (
+                None,
+                super::linear::input_grad_tensor(&grad, &w, super::linear::all_threads())?,
+            ),
         };
-        let (rows, out) = grad.dims2()?;
-        let (_, inputs) = w.dims2()?;
-        let d_gated = with_values(&grad, |dy| {
-            with_values(&w, |w| super::linear::input_grad(dy, w, rows, out, inputs))
-        })??;
-        let d_gated = Tensor::from_vec(d_gated, (rows, inputs), grad.device())?;
         let (dgate, dup) = SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
         Ok((dgate, dup, dw))
     }
