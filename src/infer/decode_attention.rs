@@ -1,14 +1,10 @@
-//! Attention on CPU tensors read from the KV cache: the adapters from candle's cache views
-//! to the slice kernels `tabcontam_kernels::attention::decode` (decoding steps) and
-//! `tabcontam_kernels::prefill_attention::prefill` (a prompt's rows on AVX-512; why
-//! kernels: see there).
+//! Decoding attention on CPU tensors: the adapter from candle's KV cache views to the
+//! slice kernel `tabcontam_kernels::attention::decode` (why a kernel: see there).
 
 use candle_core::{DType, Device, Layout, Storage, Tensor};
 use tabcontam_kernels::attention::{CacheView, Mask, Shape, decode};
-use tabcontam_kernels::prefill_attention;
 
 use super::error::CResult;
-use super::tensor_values::with_f32_values;
 
 /// Query rows per (sequence, KV head) up to which this path is used: decoding steps
 /// (grouped heads × one or a few tokens); prefill chunks go through candle's GEMMs.
@@ -42,64 +38,16 @@ pub fn attention(
     scale: f64,
     softcap: Option<f64>,
 ) -> CResult<Tensor> {
-    with_kernel_inputs(q, k, v, mask, |shape, queries, keys, values, mask| {
-        decode(
-            shape,
-            queries,
-            keys,
-            values,
-            mask,
-            scale as f32,
-            softcap.map(|c| c as f32),
-        )
-    })
-}
-
-/// Whether [`prefill`] handles these inputs: CPU f32 on AVX-512, heads of a multiple of 16
-/// values, a mask (if any) dense per sequence.
-pub fn prefill_applies(q: &Tensor, k: &Tensor, mask: Option<&Tensor>) -> CResult<bool> {
-    let (batch, _, _, head_dim) = q.dims4()?;
-    let dense_mask = match mask {
-        Some(m) => {
-            let (mb, mh, _, mk) = m.dims4()?;
-            mb == batch && mh == 1 && mk == k.dim(2)?
-        }
-        None => true,
-    };
-    Ok(q.device().is_cpu()
-        && q.dtype() == DType::F32
-        && k.dtype() == DType::F32
-        && dense_mask
-        && prefill_attention::available(head_dim))
-}
-
-/// `softmax(q kᵀ · scale + mask) v` for a prompt's rows, shapes as [`attention`]'s
-/// (no soft-cap): the blocked kernel, which skips the keys a causal mask hides.
-pub fn prefill(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    scale: f64,
-) -> CResult<Tensor> {
-    with_kernel_inputs(q, k, v, mask, |shape, queries, keys, values, mask| {
-        prefill_attention::prefill(shape, queries, keys, values, mask, scale as f32)
-    })
-}
-
-/// Runs `kernel` on the slices behind `q` (copied only when not contiguous), the cache
-/// views of `k` and `v`, and the mask; the result as a `(b, heads, tq, d)` tensor.
-fn with_kernel_inputs(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    kernel: impl FnOnce(Shape, &[f32], CacheView<'_>, CacheView<'_>, Option<Mask<'_>>) -> Vec<f32>,
-) -> CResult<Tensor> {
     let (batch, heads, tq, head_dim) = q.dims4()?;
     let (_, kv_heads, tk, _) = k.dims4()?;
-    let q = q.contiguous()?;
-    let mask = mask.map(Tensor::contiguous).transpose()?;
+    let queries = q.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    let mask = match mask {
+        Some(m) => {
+            let rows = m.dim(2)?;
+            Some((m.contiguous()?.flatten_all()?.to_vec1::<f32>()?, rows))
+        }
+        None => None,
+    };
     let shape = Shape {
         batch,
         heads,
@@ -108,25 +56,25 @@ fn with_kernel_inputs(
         keys: tk,
         head_dim,
     };
-    // Queries and mask read in place (a prefill's are megabytes per layer).
-    let out = with_f32_values(&q, |queries| {
-        let with_mask = |mask: Option<Mask<'_>>| {
-            with_values(k, |keys, k_layout| {
-                with_values(v, |values, v_layout| {
-                    let keys = cache_view(keys, k_layout)?;
-                    let values = cache_view(values, v_layout)?;
-                    Ok(kernel(shape, queries, keys, values, mask))
-                })
-            })
-        };
-        match &mask {
-            Some(m) => {
-                let rows = m.dim(2)?;
-                with_f32_values(m, |values| with_mask(Some(Mask { values, rows })))?
-            }
-            None => with_mask(None),
-        }
-    })??;
+    let out = with_values(k, |keys, k_layout| {
+        with_values(v, |values, v_layout| {
+            let keys = cache_view(keys, k_layout)?;
+            let values = cache_view(values, v_layout)?;
+            let mask = mask.as_ref().map(|(values, rows)| Mask {
+                values,
+                rows: *rows,
+            });
+            Ok(decode(
+                shape,
+                &queries,
+                keys,
+                values,
+                mask,
+                scale as f32,
+                softcap.map(|c| c as f32),
+            ))
+        })
+    })?;
     Tensor::from_vec(out, (batch, heads, tq, head_dim), &Device::Cpu)
 }
 
@@ -149,8 +97,7 @@ mod tests {
     use candle_core::D;
 
     /// Same result as the candle formulation (matmul, scale, mask, softmax, matmul) on
-    /// grouped heads, a cache view wider than the keys, masked slots and a soft-cap; the
-    /// prefill kernel too where this CPU runs it.
+    /// grouped heads, a cache view wider than the keys, masked slots and a soft-cap.
     #[test]
     fn matches_the_matmul_formulation() {
         for (batch, heads, kv_heads, tq, tk, d) in [(2, 6, 2, 2, 11, 16), (1, 4, 1, 7, 7, 256)] {
@@ -176,9 +123,6 @@ mod tests {
         let mask = Tensor::from_vec(mask, (batch, 1, tq, tk), &device).unwrap();
         for softcap in [None, Some(5.0)] {
             let ours = attention(&q, &k, &v, Some(&mask), 0.25, softcap).unwrap();
-            // The prefill kernel where it runs (AVX-512; no soft-cap), on the same inputs.
-            let prefill_ours = (softcap.is_none() && prefill_applies(&q, &k, Some(&mask)).unwrap())
-                .then(|| prefill(&q, &k, &v, Some(&mask), 0.25).unwrap());
             let group = heads / kv_heads;
             let qg = q.reshape((batch, kv_heads, group * tq, d)).unwrap();
             let mut scores = (qg.matmul(&k.t().unwrap()).unwrap() * 0.25).unwrap();
@@ -194,22 +138,15 @@ mod tests {
                 .unwrap()
                 .reshape((batch, heads, tq, d))
                 .unwrap();
-            let difference = |ours: Tensor| {
-                (ours - &theirs)
-                    .unwrap()
-                    .abs()
-                    .unwrap()
-                    .max_all()
-                    .unwrap()
-                    .to_scalar::<f32>()
-                    .unwrap()
-            };
-            let diff = difference(ours);
+            let diff = (ours - theirs)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
             assert!(diff < 1e-5, "softcap {softcap:?}: max difference {diff}");
-            if let Some(prefill_ours) = prefill_ours {
-                let diff = difference(prefill_ours);
-                assert!(diff < 1e-5, "prefill kernel: max difference {diff}");
-            }
         }
     }
 }

@@ -314,10 +314,6 @@ pub fn attention(
     if bias.is_none() && super::decode_attention::applies(q, k, group * tq) {
         return super::decode_attention::attention(q, k, v, mask, scale, softcap);
     }
-    if bias.is_none() && softcap.is_none() && super::decode_attention::prefill_applies(q, k, mask)?
-    {
-        return super::decode_attention::prefill(q, k, v, mask, scale);
-    }
     let q = if group > 1 {
         q.contiguous()?
             .reshape((batch, kv_heads, group * tq, head_dim))?

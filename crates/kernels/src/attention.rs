@@ -36,15 +36,9 @@ pub struct CacheView<'a> {
     pub strides: [usize; 3],
 }
 
-impl<'a> CacheView<'a> {
+impl CacheView<'_> {
     #[inline]
-    pub(crate) fn row(
-        &self,
-        b: usize,
-        kv_head: usize,
-        position: usize,
-        head_dim: usize,
-    ) -> &'a [f32] {
+    fn row(&self, b: usize, kv_head: usize, position: usize, head_dim: usize) -> &[f32] {
         let at = self.start
             + b * self.strides[0]
             + kv_head * self.strides[1]
@@ -235,7 +229,7 @@ fn softmax_row_plain(row: &[f32], scale: f32, mask: Option<&[f32]>, out: &mut [f
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod avx512 {
+mod avx512 {
     use std::arch::x86_64::*;
 
     use crate::activation::avx512::exp;

@@ -2,8 +2,7 @@
 //! as stored ([`q4_1`]), Q8_0 weights expanded for prefill ([`q8_0`]), quantized weights
 //! times many rows as int8 panels on AVX-512 VNNI ([`vnni`], on AMX tiles where present:
 //! [`amx`]), the gated MLP's activation
-//! ([`activation`]), attention read from a KV cache for decoding steps ([`attention`]) and
-//! for a prompt's rows ([`prefill_attention`]),
+//! ([`activation`]) and attention for decoding steps read from a KV cache ([`attention`]),
 //! on the instruction set [`cpu`] selects at run time, and the loops of full fine-tuning
 //! ([`train`], [`adamw`]); [`peak`] measures each path's arithmetic peak for the
 //! benchmarks' rooflines.
@@ -21,7 +20,6 @@ pub mod attention;
 pub mod cpu;
 pub mod int8_rows;
 pub mod peak;
-pub mod prefill_attention;
 pub mod q4_1;
 pub mod q8_0;
 pub mod tile;
