@@ -332,6 +332,7 @@ impl HeadCrossEntropy {
                     );
                     loss += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
                     if grad_scale.is_some() && weight_grad {
+                        super::linear::reserve_weight_grad(&mut d_weight, vocab, h);
                         // The two products side by side, as the projections' (`linear.rs`).
                         let ((), dx) = super::linear::weight_and_input_grads(
                             |threads| {
@@ -599,6 +600,8 @@ impl CustomOp3 for SwiGluDown {
         let (dw, d_gated) = match (&self.sink, weight_grad) {
             (Some(sink), _) => {
                 let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
+                let (out, inputs) = w.dims2()?;
+                sink.reserve(out, inputs);
                 // The weight's and the input's gradients side by side (`linear.rs`).
                 let (weight_grad, d_gated) = super::linear::weight_and_input_grads(
                     |threads| super::linear::accumulate_weight_grad(sink, &grad, &gated, threads),
