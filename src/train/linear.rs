@@ -22,33 +22,13 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, Tensor, Var, ba
 pub struct GradSink(Arc<Mutex<Option<Vec<f32>>>>);
 
 impl GradSink {
-    /// Adds `dyᵀ x` (`dy` `(rows, out)`, `x` `(rows, in)`, both row-major) to the gradient.
-    fn accumulate(
-        &self,
-        dy: &[f32],
-        x: &[f32],
-        rows: usize,
-        out: usize,
-        inputs: usize,
-        threads: usize,
-    ) {
-        let mut slot = self.0.lock().expect("a gradient sink is never poisoned");
-        add_weight_grad_on(&mut slot, dy, x, rows, out, inputs, threads);
-    }
-
-    /// Allocates the `(out, in)` gradient on the calling thread ([`reserve_weight_grad`]).
-    pub(super) fn reserve(&self, out: usize, inputs: usize) {
-        let mut slot = self.0.lock().expect("a gradient sink is never poisoned");
-        reserve_weight_grad(&mut slot, out, inputs);
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Vec<f32>>> {
+        self.0.lock().expect("a gradient sink is never poisoned")
     }
 
     /// The summed gradient as a tensor of `shape`, leaving the sink empty.
     pub fn take(&self, shape: &Shape) -> candle_core::Result<Option<Tensor>> {
-        let taken = self
-            .0
-            .lock()
-            .expect("a gradient sink is never poisoned")
-            .take();
+        let taken = self.slot().take();
         taken
             .map(|values| Tensor::from_vec(values, shape.clone(), &candle_core::Device::Cpu))
             .transpose()
@@ -56,25 +36,14 @@ impl GradSink {
 
     /// Forgets a gradient left by a backward pass nobody drained.
     pub fn clear(&self) {
-        *self.0.lock().expect("a gradient sink is never poisoned") = None;
+        *self.slot() = None;
     }
 }
 
 /// Adds `dyᵀ x` (`dy` `(rows, out)`, `x` `(rows, in)`, both row-major) to the `(out, in)`
-/// gradient in `slot`, which gemm writes whole the first time (no zeroed buffer, no add).
-pub fn add_weight_grad(
-    slot: &mut Option<Vec<f32>>,
-    dy: &[f32],
-    x: &[f32],
-    rows: usize,
-    out: usize,
-    inputs: usize,
-) {
-    add_weight_grad_on(slot, dy, x, rows, out, inputs, all_threads());
-}
-
-/// [`add_weight_grad`] on `threads` cores.
-pub(super) fn add_weight_grad_on(
+/// gradient in `slot` on `threads` cores; gemm writes it whole the first time (no zeroed
+/// buffer, no add).
+pub(super) fn add_weight_grad(
     slot: &mut Option<Vec<f32>>,
     dy: &[f32],
     x: &[f32],
@@ -87,7 +56,6 @@ pub(super) fn add_weight_grad_on(
     // An empty buffer is one allocated ahead ([`reserve_weight_grad`]), not a sum yet.
     let read = slot.as_ref().is_some_and(|buffer| !buffer.is_empty());
     let buffer = slot.get_or_insert_with(|| Vec::with_capacity(out * inputs));
-    buffer.reserve(out * inputs);
     // The `(in, out)` product `xᵀ dy` written column-major is `(out, in)` row-major:
     // the orientation candle's backward gives gemm, so the sums match its own.
     // SAFETY: the buffer holds `out · in` floats of capacity; gemm writes every one of
@@ -271,19 +239,34 @@ pub fn input_grad_tensor(dy: &Tensor, w: &Tensor, threads: usize) -> candle_core
     Tensor::from_vec(dx, (rows, inputs), dy.device())
 }
 
-/// Adds `dyᵀ x` to `sink` from tensors `dy` `(rows, out)` and `x` `(rows, in)`, on
-/// `threads` cores.
-pub fn accumulate_weight_grad(
+/// The backward pass of `x Wᵀ` for a trained `W`: adds `dyᵀ x` to `sink` and returns
+/// `dy W`, the two products side by side ([`weight_and_input_grads`]), the gradient
+/// allocated on the calling thread ([`reserve_weight_grad`]). `dy` `(rows, out)`, `x`
+/// `(rows, in)`, `w` `(out, in)`.
+pub(super) fn sink_and_input_grads(
     sink: &GradSink,
     dy: &Tensor,
     x: &Tensor,
-    threads: usize,
-) -> candle_core::Result<()> {
+    w: &Tensor,
+) -> candle_core::Result<Tensor> {
     let (rows, out) = dy.dims2()?;
     let (_, inputs) = x.dims2()?;
-    with_values(dy, |dy| {
-        with_values(x, |x| sink.accumulate(dy, x, rows, out, inputs, threads))
-    })?
+    let mut guard = sink.slot();
+    // The gradient itself goes to the pool thread; the lock stays on this one.
+    let slot: &mut Option<Vec<f32>> = &mut guard;
+    reserve_weight_grad(slot, out, inputs);
+    let (weight_grad, dx) = weight_and_input_grads(
+        |threads| {
+            with_values(dy, |dy| {
+                with_values(x, |x| {
+                    add_weight_grad(slot, dy, x, rows, out, inputs, threads)
+                })
+            })
+        },
+        |threads| input_grad_tensor(dy, w, threads),
+    );
+    weight_grad??;
+    dx
 }
 
 /// The f32 values of a contiguous CPU storage, or an error naming the op.
@@ -340,15 +323,7 @@ impl CustomOp1 for Linear {
         let Some(sink) = &self.sink else {
             return input_grad_tensor(&grad, &self.weight, all_threads()).map(Some);
         };
-        let x = x.detach();
-        let (out, inputs) = self.weight.dims2()?;
-        sink.reserve(out, inputs);
-        let (weight_grad, dx) = weight_and_input_grads(
-            |threads| accumulate_weight_grad(sink, &grad, &x, threads),
-            |threads| input_grad_tensor(&grad, &self.weight, threads),
-        );
-        weight_grad?;
-        Ok(Some(dx?))
+        sink_and_input_grads(sink, &grad, &x.detach(), &self.weight).map(Some)
     }
 }
 

@@ -336,7 +336,7 @@ impl HeadCrossEntropy {
                         // The two products side by side, as the projections' (`linear.rs`).
                         let ((), dx) = super::linear::weight_and_input_grads(
                             |threads| {
-                                super::linear::add_weight_grad_on(
+                                super::linear::add_weight_grad(
                                     &mut d_weight,
                                     &values,
                                     x,
@@ -600,15 +600,10 @@ impl CustomOp3 for SwiGluDown {
         let (dw, d_gated) = match (&self.sink, weight_grad) {
             (Some(sink), _) => {
                 let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
-                let (out, inputs) = w.dims2()?;
-                sink.reserve(out, inputs);
-                // The weight's and the input's gradients side by side (`linear.rs`).
-                let (weight_grad, d_gated) = super::linear::weight_and_input_grads(
-                    |threads| super::linear::accumulate_weight_grad(sink, &grad, &gated, threads),
-                    |threads| super::linear::input_grad_tensor(&grad, &w, threads),
-                );
-                weight_grad?;
-                (None, d_gated?)
+                (
+                    None,
+                    super::linear::sink_and_input_grads(sink, &grad, &gated, &w)?,
+                )
             }
             (None, true) => {
                 let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
