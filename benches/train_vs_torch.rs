@@ -57,10 +57,8 @@ fn peak_rss() -> u64 {
 
 /// Our side, in the child process: trains on the windows and prints one JSON line.
 fn ours(model_dir: &Path, windows_path: &Path) {
-    // As `contaminate` runs (train::build_checkpoints): full fine-tuning keeps its heap.
-    if lora_settings().is_none() {
-        tabcontam::train::heap::keep_freed_memory();
-    }
+    // As `contaminate` runs (train::build_checkpoints): the steps keep their heap.
+    tabcontam::train::heap::keep_freed_memory();
     let batches: Vec<Vec<Vec<u32>>> =
         serde_json::from_str(&std::fs::read_to_string(windows_path).unwrap()).unwrap();
     let (batch, window) = (batches[0].len(), batches[0][0].len());

@@ -10,6 +10,7 @@ use super::spec::Spec;
 use crate::dataset::catalog::Catalog;
 use crate::probe::PromptPack;
 use crate::store::DatasetRow;
+use crate::train::heap::release_freed_memory;
 
 /// One dataset's prompts and cache record, or why it could not be prepared.
 type PreparedDataset = anyhow::Result<(DatasetPrompts, DatasetRow)>;
@@ -155,15 +156,4 @@ fn prepare_dataset(
     };
     let prompts = build_dataset_prompts(spec, name, &dataset, pack)?;
     Ok((prompts, row))
-}
-
-/// Hands the memory of the dropped tables back to the system. glibc keeps freed blocks in
-/// per-thread arenas, so without this the tables' memory would stay resident for the rest
-/// of a run; elsewhere this is a no-op.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns unused memory of the allocator to the system.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }

@@ -23,7 +23,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use serde_json::Value;
 
 use super::TrainError;
-use super::linear::{GradSink, trained_linear};
+use super::linear::{GradSink, adapted_linear, trained_linear};
 pub use super::llama_config::LlamaConfig;
 use super::llama_config::unpermute_rows;
 use super::lora::{Adapters, LoraSettings, LoraTarget};
@@ -315,10 +315,15 @@ impl LlamaTrainer {
         let Some(lora) = &self.lora else {
             return trained_linear(h, w, layer.sink(target));
         };
-        let base = ops::frozen_linear(h, w.as_tensor())?;
         match lora.get(i, target) {
-            Some(adapter) => base + lora.delta(adapter, h)?,
-            None => Ok(base),
+            Some(adapter) => adapted_linear(
+                h,
+                w.as_tensor(),
+                adapter.a.as_tensor(),
+                adapter.b.as_tensor(),
+                lora.settings.scale(),
+            ),
+            None => ops::frozen_linear(h, w.as_tensor()),
         }
     }
 
@@ -554,11 +559,13 @@ impl LlamaTrainer {
                     self.project(&gated, i, LoraTarget::Down)?
                 }
                 // An adapted down projection needs the product itself as its input.
-                Some((lora, adapter)) => {
-                    let gated = ops::swiglu(&gate, &up)?;
-                    (ops::frozen_linear(&gated, layer.down.as_tensor())?
-                        + lora.delta(adapter, &gated)?)?
-                }
+                Some((lora, adapter)) => adapted_linear(
+                    &ops::swiglu(&gate, &up)?,
+                    layer.down.as_tensor(),
+                    adapter.a.as_tensor(),
+                    adapter.b.as_tensor(),
+                    lora.settings.scale(),
+                )?,
                 None if self.lora.is_some() => {
                     ops::swiglu_down(&gate, &up, &self.weight(&layer.down))?
                 }

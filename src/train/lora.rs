@@ -257,7 +257,8 @@ impl Adapters {
         vars
     }
 
-    /// `h Aᵀ Bᵀ · scale`: the adapter's share of a projection of `h` `(n, in)`.
+    /// `h Aᵀ Bᵀ · scale`: the adapter's share of a projection of `h` `(n, in)`, composed of
+    /// candle ops (the reference `linear::adapted_linear` is checked against).
     pub fn delta(&self, adapter: &Adapter, h: &Tensor) -> candle_core::Result<Tensor> {
         h.matmul(&adapter.a.as_tensor().t()?)?
             .matmul(&adapter.b.as_tensor().t()?)?

@@ -263,11 +263,8 @@ pub fn build_checkpoints(
             .collect());
     }
 
-    if settings.lora.is_none() {
-        // Full fine-tuning frees and allocates its large buffers again every step; LoRA's
-        // are a fraction, and a heap that keeps them would cost its peak RSS (heap.rs).
-        heap::keep_freed_memory();
-    }
+    // Every step frees and allocates its large buffers again (heap.rs).
+    heap::keep_freed_memory();
     progress(&format!("loading {}", files.weights_path().display()));
     let model = LlamaTrainer::load(&files)?;
     let model = match &settings.lora {
@@ -493,7 +490,9 @@ pub fn build_checkpoints(
                     epoch_targets,
                     seconds,
                 };
-                resume::save(&settings.out, &position, &model, &optimizer)?;
+                heap::outside_the_kept_heap(|| {
+                    resume::save(&settings.out, &position, &model, &optimizer)
+                })?;
                 last_save = Instant::now();
             }
         }
@@ -542,7 +541,9 @@ pub fn build_checkpoints(
         };
         // Keep the datasets in the order given (not sorted) in the manifest.
         manifest.datasets = text.documents.iter().map(|(id, _)| id.clone()).collect();
-        write_checkpoint(&dir, &model, &tokenizer, &mut manifest)?;
+        heap::outside_the_kept_heap(|| {
+            write_checkpoint(&dir, &model, &tokenizer, &mut manifest)
+        })?;
         progress(&format!(
             "checkpoint {} (epoch {epoch}, step {step}, loss {:.4}, revision {})",
             dir.display(),
@@ -576,7 +577,9 @@ pub fn build_checkpoints(
             std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
         }
     } else if resumed.as_ref().map(|p| p.step) != Some(step) {
-        resume::save(&settings.out, &position, &model, &optimizer)?;
+        heap::outside_the_kept_heap(|| {
+            resume::save(&settings.out, &position, &model, &optimizer)
+        })?;
         progress(&format!(
             "kept the state after epoch {} in {}: more epochs of these inputs continue from it (delete it to free the space)",
             settings.epochs,
