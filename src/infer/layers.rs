@@ -3,10 +3,12 @@
 //! mask, and a preallocated KV cache that can be copied per prompt.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::quantized::{QMatMul, QStorage, QTensor};
 use candle_core::{D, DType, Device, Module, Tensor};
+
+use tabcontam_kernels::vnni::LaidOut;
 
 use super::error::LocalError;
 use super::tensor_values::with_f32_values;
@@ -19,6 +21,9 @@ pub use super::error::CResult;
 pub struct Linear {
     weight: QMatMul,
     bias: Option<Tensor>,
+    /// A quantized weight laid out for the int8 panels on its first product, when this CPU
+    /// runs them (`qmatmul::lay_out`); shared by the clones.
+    panels: Arc<OnceLock<Option<LaidOut>>>,
 }
 
 impl Linear {
@@ -26,11 +31,19 @@ impl Linear {
     pub fn load(weights: &mut Weights, prefix: &str) -> Result<Self, LocalError> {
         let weight = weights.matmul_weight(&format!("{prefix}.weight"))?;
         let bias = weights.optional_tensor(&format!("{prefix}.bias"))?;
-        Ok(Linear { weight, bias })
+        Ok(Linear::new(weight, bias))
+    }
+
+    fn new(weight: QMatMul, bias: Option<Tensor>) -> Self {
+        Linear {
+            weight,
+            bias,
+            panels: Arc::default(),
+        }
     }
 
     pub fn from_weight(weight: QMatMul) -> Self {
-        Linear { weight, bias: None }
+        Linear::new(weight, None)
     }
 
     /// One linear computing all of `parts` side by side, with the output width of each:
@@ -64,7 +77,7 @@ impl Linear {
                 .map(|w| w.dim(0))
                 .collect::<CResult<Vec<_>>>()?;
             let weight = QMatMul::Tensor(Tensor::cat(&dense, 0)?);
-            return Ok(Some((Linear { weight, bias }, sizes)));
+            return Ok(Some((Linear::new(weight, bias), sizes)));
         }
         if quantized.len() != parts.len() {
             return Ok(None);
@@ -89,18 +102,30 @@ impl Linear {
         let storage = QStorage::from_data(Cow::Owned(bytes), &Device::Cpu, dtype)?;
         let stacked = QTensor::new(storage, (sizes.iter().sum::<usize>(), columns.unwrap_or(0)))?;
         let weight = QMatMul::QTensor(Arc::new(stacked));
-        Ok(Some((Linear { weight, bias }, sizes)))
+        Ok(Some((Linear::new(weight, bias), sizes)))
     }
 
     pub fn forward(&self, xs: &Tensor) -> CResult<Tensor> {
         let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
         let ys = match &self.weight {
             QMatMul::Tensor(w) => dense_matmul(xs, w)?,
+            // On AVX-512 VNNI, Q4_1, Q8_0 and Q4_K stay 8-bit for any number of rows: int8
+            // panels over the weight laid out once (`tabcontam_kernels::vnni`), ~3× the
+            // f32 GEMM of a prefill and several times the block dot products of a step.
+            QMatMul::QTensor(q)
+                if xs.device().is_cpu()
+                    && let Some(laid_out) = self
+                        .panels
+                        .get_or_init(|| super::qmatmul::lay_out(q))
+                        .as_ref() =>
+            {
+                super::qmatmul::matmul_laid_out(xs, laid_out)?
+            }
             // Many rows (prefill): expanding the blocks to f32 for this call and running
             // one f32 GEMM beats block dot products by far; the expanded copy is dropped at
             // once, so memory stays that of the quantized weights.
-            // On AVX-512 VNNI, Q4_1 stays 8-bit even then: int8 panels beat the f32 GEMM
-            // ~3× (`tabcontam_kernels::vnni`).
+            // Past the layout budget, Q4_1, Q8_0 and Q4_K stay 8-bit on AVX-512 VNNI all the
+            // same (panels laid out per call, in `qmatmul::matmul`).
             QMatMul::QTensor(q)
                 if rows >= DENSE_ROWS
                     && xs.device().is_cpu()

@@ -43,6 +43,7 @@ pub mod fetch;
 pub mod files;
 pub mod generate;
 pub mod layers;
+pub mod memory;
 pub mod qmatmul;
 pub mod score;
 pub mod tensor_values;

@@ -1,6 +1,7 @@
-//! Quantized matmul for few rows (decoding) on CPU: candle's block dot products (AVX2,
-//! NEON, or its plain loops on the portable path), run on rayon's pool instead of candle's
-//! spinning barrier pool.
+//! Quantized matmul on CPU: on AVX-512 VNNI, weights laid out once for the int8 panels
+//! ([`lay_out`]; any number of rows); else, for few rows (decoding), candle's block dot
+//! products (AVX2, NEON, or its plain loops on the portable path), run on rayon's pool
+//! instead of candle's spinning barrier pool.
 //!
 //! Why: candle 0.11 splits each quantized matmul between the calling thread and a
 //! worker that busy-waits between calls. On a machine with as many busy threads as cores
@@ -47,6 +48,44 @@ pub fn int8_prefill(weight: &QTensor) -> bool {
     weight.device().is_cpu()
         && panel_blocks(weight.dtype()).is_some()
         && tabcontam_kernels::vnni::available()
+}
+
+/// The weight laid out for the int8 panels (AVX-512 VNNI), when this CPU runs them, its
+/// block type is one they multiply and the layout fits the memory budget
+/// (`memory::take_layout_budget`); `None` otherwise (the weight then multiplies as stored,
+/// or expanded to f32 for a prefill).
+pub fn lay_out(weight: &QTensor) -> Option<vnni::LaidOut> {
+    let kind = panel_blocks(weight.dtype())?;
+    let (n, k) = weight.shape().dims2().ok()?;
+    if !int8_prefill(weight) || !kind.fits(k) {
+        return None;
+    }
+    // Codes as bytes, and an f32 scale and offset per 32 values of each column.
+    let bytes = n * k + n * k / 32 * 8;
+    if !super::memory::take_layout_budget(bytes) {
+        return None;
+    }
+    Some(vnni::LaidOut::new(kind, &weight.data().ok()?, n, k))
+}
+
+/// `xs Wᵀ` for f32 `xs` of shape `(…, k)` and a weight laid out by [`lay_out`].
+pub fn matmul_laid_out(xs: &Tensor, weight: &vnni::LaidOut) -> CResult<Tensor> {
+    let dims = xs.dims().to_vec();
+    let (&k, lead) = dims
+        .split_last()
+        .ok_or_else(|| candle_core::Error::Msg("linear input has no feature dim".into()))?;
+    let (n, width) = weight.shape();
+    if k != width {
+        candle_core::bail!("linear input width {k} does not match the weight ({n}, {width})");
+    }
+    let rows: usize = lead.iter().product();
+    let out = with_f32_values(xs, |lhs| {
+        let xs = tabcontam_kernels::int8_rows::Activations::quantize(lhs, k);
+        weight.matmul(&xs, rows)
+    })?;
+    let mut out_dims = lead.to_vec();
+    out_dims.push(n);
+    Tensor::from_vec(out, out_dims, &Device::Cpu)?.to_dtype(xs.dtype())
 }
 
 /// The block types the int8 panels multiply.

@@ -265,7 +265,11 @@ fn generate_model(
         let longest = tokenized.iter().map(Vec::len).max().unwrap_or(0);
         // Room for the answers: the cache grows past this only for long generations.
         let per_lane = local.kv_bytes_per_position() * max_batch * (longest + 256);
-        lanes_within_memory(lane_count(), per_lane, available_memory())
+        lanes_within_memory(
+            lane_count(),
+            per_lane,
+            crate::infer::memory::available_memory(),
+        )
     });
     run_in_lanes(
         &local,
@@ -416,14 +420,6 @@ pub fn lane_count() -> usize {
 pub fn lanes_within_memory(wanted: usize, per_lane: usize, available: Option<usize>) -> usize {
     let budget = available.map_or(2 << 30, |bytes| bytes / 4);
     wanted.min((budget / per_lane.max(1)).max(1)).max(1)
-}
-
-/// `MemAvailable` of `/proc/meminfo` in bytes (Linux), else `None`.
-fn available_memory() -> Option<usize> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// The text of a caught panic's payload.

@@ -23,10 +23,10 @@ use candle_core::{DType, Device, Tensor, Var};
 use serde_json::Value;
 
 use super::TrainError;
-use super::linear::{GradSink, adapted_linear, trained_linear};
+use super::linear::{GradSink, trained_linear};
 pub use super::llama_config::LlamaConfig;
 use super::llama_config::unpermute_rows;
-use super::lora::{Adapters, LoraSettings, LoraTarget};
+use super::lora::{Adapters, LoraSettings, LoraTarget, adapted_linear};
 use super::ops;
 use crate::infer::files::{ModelFiles, WeightFormat};
 use crate::infer::weights::Weights;

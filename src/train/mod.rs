@@ -541,9 +541,7 @@ pub fn build_checkpoints(
         };
         // Keep the datasets in the order given (not sorted) in the manifest.
         manifest.datasets = text.documents.iter().map(|(id, _)| id.clone()).collect();
-        heap::outside_the_kept_heap(|| {
-            write_checkpoint(&dir, &model, &tokenizer, &mut manifest)
-        })?;
+        heap::outside_the_kept_heap(|| write_checkpoint(&dir, &model, &tokenizer, &mut manifest))?;
         progress(&format!(
             "checkpoint {} (epoch {epoch}, step {step}, loss {:.4}, revision {})",
             dir.display(),
@@ -577,9 +575,7 @@ pub fn build_checkpoints(
             std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
         }
     } else if resumed.as_ref().map(|p| p.step) != Some(step) {
-        heap::outside_the_kept_heap(|| {
-            resume::save(&settings.out, &position, &model, &optimizer)
-        })?;
+        heap::outside_the_kept_heap(|| resume::save(&settings.out, &position, &model, &optimizer))?;
         progress(&format!(
             "kept the state after epoch {} in {}: more epochs of these inputs continue from it (delete it to free the space)",
             settings.epochs,

@@ -18,6 +18,10 @@
 //! scales, on the same 8-bit activations and integer sums as the decoding kernel and
 //! llama.cpp's q4_1 × q8_1. The integer sum of a block is exact, so the only difference
 //! from [`crate::q4_1`]'s scalar reference is the order of the float additions.
+//!
+//! A weight is laid out either per call ([`matmul`], for `PANEL_ROWS` rows or more) or once
+//! for every later call ([`LaidOut`], for any number of rows: a decoding step's few rows
+//! too, where laying out each call's tiles cost more than the products).
 
 use rayon::prelude::*;
 
@@ -198,20 +202,41 @@ pub fn matmul_with(
     assert!(kind.fits(k), "width {k} is not whole {kind:?} blocks");
     assert_eq!(data.len(), n * kind.row_bytes(k), "{kind:?} storage size");
     assert_eq!(xs.q.len(), rows * k, "activation size");
-    let code_sums = if kind == Blocks::Q4_1 {
+    let code_sums = code_sums(kind, xs);
+    multiply_tiles(amx, n, rows, |t, multiply| {
+        TILE_BUFFER.with_borrow_mut(|tile| {
+            tile.resize(k / BLOCK);
+            let first = t * TILE;
+            tile.fill(kind, data, k, first, TILE.min(n - first));
+            multiply(tile, xs, code_sums);
+        })
+    })
+}
+
+/// The activations' per-block code sums the offset term of `kind` meets: rounded to f16 for
+/// Q4_1 (as llama.cpp's q8_1 stores them), exact for the others.
+fn code_sums(kind: Blocks, xs: &Activations) -> &[f32] {
+    if kind == Blocks::Q4_1 {
         &xs.s
     } else {
         &xs.sums
-    };
+    }
+}
+
+/// The `(rows, n)` output of every 16-column tile, on the pool: `with_tile(t, multiply)`
+/// hands tile `t` (with the activations and their code sums) to `multiply`, which runs
+/// every row pass of it and writes the tile's columns.
+fn multiply_tiles<F>(amx: bool, n: usize, rows: usize, with_tile: F) -> Vec<f32>
+where
+    F: Fn(usize, &mut dyn FnMut(&Tile, &Activations, &[f32])) + Sync,
+{
     // Every value is written below (each tile's columns for every row): no zeroing.
     let mut out: Vec<f32> = Vec::with_capacity(rows * n);
     let target = SharedOut(out.as_mut_ptr());
     (0..n.div_ceil(TILE)).into_par_iter().for_each(|t| {
-        TILE_BUFFER.with_borrow_mut(|tile| {
-            tile.resize(k / BLOCK);
-            let first = t * TILE;
-            let columns = TILE.min(n - first);
-            tile.fill(kind, data, k, first, columns);
+        let first = t * TILE;
+        let columns = TILE.min(n - first);
+        with_tile(t, &mut |tile, xs, code_sums| {
             let passes = if amx {
                 crate::amx::ROWS_PER_PASS
             } else {
@@ -221,8 +246,9 @@ pub fn matmul_with(
             let mut row = 0;
             while row < rows {
                 let count = passes.min(rows - row);
-                // SAFETY: `available()` (and for AMX `cpu::amx_usable()`) was asserted; rows
-                // `row..row + count` exist in `xs` and the tile holds `k / 32` blocks.
+                // SAFETY: the callers asserted `available()` (and for AMX
+                // `cpu::amx_usable()`); rows `row..row + count` exist in `xs` and the tile
+                // holds `k / 32` blocks.
                 unsafe {
                     if amx {
                         crate::amx::pass(tile, xs, code_sums, row, count, &mut panel);
@@ -244,6 +270,70 @@ pub fn matmul_with(
     // SAFETY: the tiles cover columns 0..n and each wrote them for rows 0..rows.
     unsafe { out.set_len(rows * n) };
     out
+}
+
+/// A weight laid out once in the panel layout, tile after tile, for every later product:
+/// no layout per call, so the panels also pay for a decoding step's few rows, where
+/// laying out each call's tiles cost more than the products.
+///
+/// Costs memory: a byte per code (Q4_1's and Q4_K's nibbles unpacked) and two f32 per
+/// block of 32 per column, about 1.25 bytes per weight beside the stored blocks.
+pub struct LaidOut {
+    kind: Blocks,
+    n: usize,
+    k: usize,
+    tiles: Vec<Tile>,
+}
+
+impl std::fmt::Debug for LaidOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LaidOut({:?}, {} × {})", self.kind, self.n, self.k)
+    }
+}
+
+impl LaidOut {
+    /// Weights `W` (`n` rows of `k`) stored as `kind` blocks, laid out on the pool.
+    /// Callers check [`available`].
+    pub fn new(kind: Blocks, data: &[u8], n: usize, k: usize) -> Self {
+        assert!(available(), "the int8 panels need AVX-512 VNNI");
+        assert!(kind.fits(k), "width {k} is not whole {kind:?} blocks");
+        assert_eq!(data.len(), n * kind.row_bytes(k), "{kind:?} storage size");
+        let tiles = (0..n.div_ceil(TILE))
+            .into_par_iter()
+            .map(|t| {
+                let mut tile = Tile::new(k / BLOCK);
+                let first = t * TILE;
+                tile.fill(kind, data, k, first, TILE.min(n - first));
+                tile
+            })
+            .collect();
+        LaidOut { kind, n, k, tiles }
+    }
+
+    /// `(n, k)`: output columns and input width.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+
+    /// `xs Wᵀ`, row-major `(rows, n)`, for any number of rows (on AMX tiles where the
+    /// selected path is `amx`).
+    pub fn matmul(&self, xs: &Activations, rows: usize) -> Vec<f32> {
+        let amx = crate::cpu::isa() >= crate::cpu::Isa::Amx;
+        self.matmul_with(amx, xs, rows)
+    }
+
+    /// [`LaidOut::matmul`] with the choice of AMX made by the caller.
+    pub fn matmul_with(&self, amx: bool, xs: &Activations, rows: usize) -> Vec<f32> {
+        assert!(
+            !amx || crate::cpu::amx_usable(),
+            "AMX tiles are not usable here"
+        );
+        assert_eq!(xs.q.len(), rows * self.k, "activation size");
+        let code_sums = code_sums(self.kind, xs);
+        multiply_tiles(amx, self.n, rows, |t, multiply| {
+            multiply(&self.tiles[t], xs, code_sums)
+        })
+    }
 }
 
 thread_local! {
@@ -437,22 +527,31 @@ mod avx512 {
             let q = xs.q.as_ptr();
             let mut sums = [_mm512_setzero_ps(); R];
             for b in 0..per_row {
-                let mut dots = [_mm512_setzero_si512(); R];
+                // Two integer sums per row, one per half of the block's groups: each chain
+                // of dependent `vpdpbusd` is 4 long instead of 8, so the 2R chains in flight
+                // keep both ports busy where R chains of 8 waited on the instruction's
+                // latency.
+                let mut low = [_mm512_setzero_si512(); R];
+                let mut high = [_mm512_setzero_si512(); R];
                 let block_codes = codes.add(b * GROUPS * 64);
-                for g in 0..GROUPS {
-                    let weights = _mm512_loadu_si512(block_codes.add(g * 64) as *const _);
-                    for (r, dot) in dots.iter_mut().enumerate() {
-                        let x = q.add(((first + r) * per_row + b) * BLOCK + 4 * g) as *const i32;
-                        *dot = _mm512_dpbusd_epi32(
-                            *dot,
-                            weights,
-                            _mm512_set1_epi32(x.read_unaligned()),
-                        );
+                for (half, dots) in [(0, &mut low), (1, &mut high)] {
+                    for g in half * GROUPS / 2..(half + 1) * GROUPS / 2 {
+                        let weights = _mm512_loadu_si512(block_codes.add(g * 64) as *const _);
+                        for (r, dot) in dots.iter_mut().enumerate() {
+                            let x =
+                                q.add(((first + r) * per_row + b) * BLOCK + 4 * g) as *const i32;
+                            *dot = _mm512_dpbusd_epi32(
+                                *dot,
+                                weights,
+                                _mm512_set1_epi32(x.read_unaligned()),
+                            );
+                        }
                     }
                 }
                 let scales = _mm512_loadu_ps(tile.scales.as_ptr().add(b * TILE));
                 let minimums = _mm512_loadu_ps(tile.minimums.as_ptr().add(b * TILE));
-                for (r, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
+                for (r, sum) in sums.iter_mut().enumerate() {
+                    let dot = _mm512_add_epi32(low[r], high[r]);
                     let index = (first + r) * per_row + b;
                     let scale = _mm512_mul_ps(scales, _mm512_set1_ps(*xs.d.get_unchecked(index)));
                     *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
@@ -540,6 +639,19 @@ mod tests {
                     continue;
                 }
                 let ours = matmul_with(amx, kind, &data, n, k, &xs, rows);
+                // Laid out once, the same products to the bit, and for fewer rows too.
+                let laid_out = LaidOut::new(kind, &data, n, k);
+                assert_eq!(
+                    laid_out.matmul_with(amx, &xs, rows),
+                    ours,
+                    "{kind:?} laid out"
+                );
+                let few = Activations::quantize(&lhs[..3 * k], k);
+                assert_eq!(
+                    laid_out.matmul_with(amx, &few, 3),
+                    ours[..3 * n],
+                    "{kind:?} laid out, 3 rows"
+                );
                 for r in 0..rows {
                     for c in 0..n {
                         let exact: f32 = (0..k)

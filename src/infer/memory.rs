@@ -1,0 +1,33 @@
+//! What the machine's memory allows the engine: the memory available now, and the budget
+//! of weights laid out once for the int8 panels (`qmatmul::lay_out`).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `MemAvailable` of `/proc/meminfo` in bytes (Linux), else `None`.
+pub fn available_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Bytes of laid-out weights so far, process-wide.
+static LAID_OUT: AtomicUsize = AtomicUsize::new(0);
+
+/// Takes `bytes` from the layout budget (a quarter of the memory available when first
+/// asked, 1 GiB where that is unknown) and says whether they fit; a weight that does not
+/// fit multiplies as stored instead.
+///
+/// Why a budget: a laid-out weight costs about 1.25 bytes per weight beside its stored
+/// blocks (codes unpacked to bytes, f32 scales), 170 MB for SmolLM2-135M but ~10 GB for an
+/// 8B model, which must not push a machine into swap for a few percent of speed.
+pub fn take_layout_budget(bytes: usize) -> bool {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    let budget = *BUDGET.get_or_init(|| available_memory().map_or(1 << 30, |b| b / 4));
+    LAID_OUT
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+            (used + bytes <= budget).then_some(used + bytes)
+        })
+        .is_ok()
+}
