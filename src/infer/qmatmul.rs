@@ -70,19 +70,30 @@ pub fn lay_out(weight: &QTensor) -> Option<vnni::LaidOut> {
 
 /// `xs Wᵀ` for f32 `xs` of shape `(…, k)` and a weight laid out by [`lay_out`].
 pub fn matmul_laid_out(xs: &Tensor, weight: &vnni::LaidOut) -> CResult<Tensor> {
+    let (n, k) = weight.shape();
+    product_of_rows(xs, n, k, |lhs, rows| {
+        let xs = tabcontam_kernels::int8_rows::Activations::quantize(lhs, k);
+        Ok(weight.matmul(&xs, rows))
+    })
+}
+
+/// The `(…, n)` tensor `product` computes from the f32 values of `xs` `(…, k)` taken as
+/// rows (and their count): the shape checks and the reshaping every quantized matmul shares.
+fn product_of_rows(
+    xs: &Tensor,
+    n: usize,
+    k: usize,
+    product: impl FnOnce(&[f32], usize) -> CResult<Vec<f32>>,
+) -> CResult<Tensor> {
     let dims = xs.dims().to_vec();
-    let (&k, lead) = dims
+    let (&last, lead) = dims
         .split_last()
         .ok_or_else(|| candle_core::Error::Msg("linear input has no feature dim".into()))?;
-    let (n, width) = weight.shape();
-    if k != width {
-        candle_core::bail!("linear input width {k} does not match the weight ({n}, {width})");
+    if last != k {
+        candle_core::bail!("linear input width {last} does not match the weight ({n}, {k})");
     }
     let rows: usize = lead.iter().product();
-    let out = with_f32_values(xs, |lhs| {
-        let xs = tabcontam_kernels::int8_rows::Activations::quantize(lhs, k);
-        weight.matmul(&xs, rows)
-    })?;
+    let out = with_f32_values(xs, |lhs| product(lhs, rows))??;
     let mut out_dims = lead.to_vec();
     out_dims.push(n);
     Tensor::from_vec(out, out_dims, &Device::Cpu)?.to_dtype(xs.dtype())
@@ -116,19 +127,11 @@ pub fn dequantize(weight: &QTensor, dtype: DType) -> CResult<Tensor> {
 /// `xs Wᵀ` for a quantized `W` of shape `(n, k)` and f32 `xs` of shape `(…, k)`.
 pub fn matmul(xs: &Tensor, weight: &QTensor) -> CResult<Tensor> {
     let (n, k) = weight.shape().dims2()?;
-    let dims = xs.dims().to_vec();
-    let (&last, lead) = dims
-        .split_last()
-        .ok_or_else(|| candle_core::Error::Msg("linear input has no feature dim".into()))?;
-    if last != k {
-        candle_core::bail!("linear input width {last} does not match the weight ({n}, {k})");
-    }
-    let rows: usize = lead.iter().product();
     let data = weight.data()?;
     // The portable path (`TABCONTAM_CPU=portable`) takes candle's plain loops too, so a
     // machine with AVX2 also runs what a machine without it computes.
     let portable = tabcontam_kernels::cpu::isa() == tabcontam_kernels::cpu::Isa::Portable;
-    let out = with_f32_values(xs, |lhs| -> CResult<Vec<f32>> {
+    product_of_rows(xs, n, k, |lhs, rows| {
         if let Some(kind) = panel_blocks(weight.dtype())
             && rows >= vnni::PANEL_ROWS
             && vnni::available()
@@ -149,10 +152,7 @@ pub fn matmul(xs: &Tensor, weight: &QTensor) -> CResult<Tensor> {
             GgmlDType::Q6K => run::<BlockQ6K>(&data, n, k, lhs, rows, portable)?,
             other => candle_core::bail!("no block matmul for {other:?}"),
         })
-    })??;
-    let mut out_dims = lead.to_vec();
-    out_dims.push(n);
-    Tensor::from_vec(out, out_dims, &Device::Cpu)?.to_dtype(xs.dtype())
+    })
 }
 
 /// The stored blocks of a weight as a slice of `T`.

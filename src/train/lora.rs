@@ -311,17 +311,7 @@ impl CustomOp3 for AdaptedLinear {
         let a = slice(a_storage, a_layout, self.name())?;
         let b = slice(b_storage, b_layout, self.name())?;
         let mut y = with_values(&self.weight, |w| forward(x, w, rows, out, inputs))?;
-        let mut low = Vec::new();
-        small_product(
-            &mut low,
-            false,
-            1.0,
-            (x, false),
-            (a, true),
-            rows,
-            rank,
-            inputs,
-        );
+        let low = forward(x, a, rows, rank, inputs);
         small_product(
             &mut y,
             true,
@@ -389,17 +379,7 @@ impl CustomOp3 for AdaptedLinear {
                             inputs,
                             rows,
                         );
-                        let mut low = Vec::new();
-                        small_product(
-                            &mut low,
-                            false,
-                            1.0,
-                            (x, false),
-                            (a, true),
-                            rows,
-                            rank,
-                            inputs,
-                        );
+                        let low = forward(x, a, rows, rank, inputs);
                         let mut db = Vec::new();
                         small_product(
                             &mut db,
