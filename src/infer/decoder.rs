@@ -214,6 +214,23 @@ pub struct Step<'a> {
     pub want_logits: bool,
 }
 
+/// One layer's attention over its new tokens: queries `(batch, heads, new, head_dim)`,
+/// keys and values `(batch, kv_heads, new, head_dim)` after the rotary embedding.
+pub(super) struct LayerAttention<'a> {
+    pub layer: usize,
+    /// The layer's sliding window, if it has one.
+    pub window: Option<usize>,
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub cache: &'a mut LayerCache,
+}
+
+/// Stores a layer's new keys and values in its cache and returns the attention output
+/// `(batch, heads, new, head_dim)`: at one slot for every sequence ([`Step`]), or per
+/// sequence for packed prompts (`shared_prefill`).
+pub(super) type Attend<'a> = dyn FnMut(LayerAttention) -> CResult<Tensor> + 'a;
+
 /// The token embedding table: dense, or the GGUF blocks as stored (a quarter of the
 /// memory of f32 for Q8_0; rows are expanded as they are looked up).
 #[derive(Clone)]
@@ -440,7 +457,7 @@ impl DecoderModel {
     /// Runs new tokens through the model, filling the cache; returns the logits of each
     /// sequence's last token `(batch, vocab)` when asked.
     pub fn forward(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Option<Tensor>> {
-        let xs = self.hidden_states(step, cache)?;
+        let xs = self.uniform_hidden_states(step, cache)?;
         if !step.want_logits {
             return Ok(None);
         }
@@ -452,12 +469,12 @@ impl DecoderModel {
     /// Like [`forward`](Self::forward) but returns the logits after every new token,
     /// `(batch, new, vocab)`: what scoring a given text needs.
     pub fn forward_all_logits(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Tensor> {
-        let xs = self.hidden_states(step, cache)?;
+        let xs = self.uniform_hidden_states(step, cache)?;
         self.logits(&xs)
     }
 
     /// Final norm, LM head and soft-cap, in f32.
-    fn logits(&self, hidden: &Tensor) -> CResult<Tensor> {
+    pub(super) fn logits(&self, hidden: &Tensor) -> CResult<Tensor> {
         let normed = self.final_norm.forward(hidden)?;
         let mut logits = self.lm_head.forward(&normed)?;
         if let Some(cap) = self.spec.final_softcap {
@@ -466,31 +483,9 @@ impl DecoderModel {
         logits.to_dtype(DType::F32)
     }
 
-    /// The last layer's output for the new tokens, `(batch, new, hidden)`, filling the cache.
-    fn hidden_states(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Tensor> {
-        let (batch, new) = step.tokens.dims2()?;
-        let ids = step.tokens.flatten_all()?;
-        let rows = match &self.embed {
-            Embedding::Dense(table) => table.index_select(&ids, 0)?,
-            // Only the looked-up rows are expanded.
-            Embedding::Quantized(table) => table.embedding(&ids)?.to_dtype(self.dtype)?,
-        };
-        let mut xs = rows.reshape((batch, new, self.spec.hidden_size))?;
-        if self.spec.scale_embeddings {
-            // transformers rounds the factor to the activation type first.
-            let factor = (self.spec.hidden_size as f32).sqrt();
-            xs = (xs * factor as f64)?;
-        }
-        let global_tables = self
-            .spec
-            .rope
-            .tables(step.positions, &self.device, self.dtype)?;
-        let local_tables = self
-            .spec
-            .local_rope
-            .as_ref()
-            .map(|rope| rope.tables(step.positions, &self.device, self.dtype))
-            .transpose()?;
+    /// [`hidden_states`](Self::hidden_states) for a [`Step`]: every sequence writes its new
+    /// keys and values at the step's slot and attends under the step's masks.
+    fn uniform_hidden_states(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Tensor> {
         // Grouped-query attention folds the query groups into rows: repeat the masks to
         // match once here rather than in every layer.
         let group = self.spec.num_heads / self.spec.num_kv_heads.max(1);
@@ -506,31 +501,69 @@ impl DecoderModel {
         };
         let full = grouped(step.masks.full.as_ref())?;
         let sliding = grouped(step.masks.sliding.as_ref())?;
-        for (layer, layer_cache) in self.layers.iter().zip(cache.iter_mut()) {
-            let (mask, rope, (cos, sin)) = match (layer.sliding_window, &local_tables) {
+        let (scale, softcap) = (self.spec.attn_scale, self.spec.attn_softcap);
+        let mut attend = |call: LayerAttention| -> CResult<Tensor> {
+            let mask = match call.window {
+                Some(_) => sliding.as_ref(),
+                None => full.as_ref(),
+            };
+            let (k, v) = call.cache.append(step.offset, call.k, call.v)?;
+            attention(call.q, &k, &v, mask, scale, softcap, None)
+        };
+        self.hidden_states(step.tokens, step.positions, cache, &mut attend)
+    }
+
+    /// The last layer's output for the new tokens `(batch, new)`, `(batch, new, hidden)`;
+    /// `attend` stores each layer's new keys and values in its cache and attends.
+    pub(super) fn hidden_states(
+        &self,
+        tokens: &Tensor,
+        positions: &[Vec<u32>],
+        cache: &mut [LayerCache],
+        attend: &mut Attend,
+    ) -> CResult<Tensor> {
+        let (batch, new) = tokens.dims2()?;
+        let ids = tokens.flatten_all()?;
+        let rows = match &self.embed {
+            Embedding::Dense(table) => table.index_select(&ids, 0)?,
+            // Only the looked-up rows are expanded.
+            Embedding::Quantized(table) => table.embedding(&ids)?.to_dtype(self.dtype)?,
+        };
+        let mut xs = rows.reshape((batch, new, self.spec.hidden_size))?;
+        if self.spec.scale_embeddings {
+            // transformers rounds the factor to the activation type first.
+            let factor = (self.spec.hidden_size as f32).sqrt();
+            xs = (xs * factor as f64)?;
+        }
+        let global_tables = self.spec.rope.tables(positions, &self.device, self.dtype)?;
+        let local_tables = self
+            .spec
+            .local_rope
+            .as_ref()
+            .map(|rope| rope.tables(positions, &self.device, self.dtype))
+            .transpose()?;
+        for (index, (layer, layer_cache)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
+            let (rope, (cos, sin)) = match (layer.sliding_window, &local_tables) {
                 (Some(_), Some(tables)) => (
-                    sliding.as_ref(),
                     self.spec.local_rope.as_ref().unwrap_or(&self.spec.rope),
                     tables,
                 ),
-                (Some(_), None) => (sliding.as_ref(), &self.spec.rope, &global_tables),
-                (None, _) => (full.as_ref(), &self.spec.rope, &global_tables),
+                _ => (&self.spec.rope, &global_tables),
             };
             let rotary = RotaryTables { rope, cos, sin };
-            xs = self.layer_forward(layer, &xs, &rotary, mask, step.offset, layer_cache)?;
+            xs = self.layer_forward(index, layer, &xs, &rotary, layer_cache, attend)?;
         }
         Ok(xs)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,
+        index: usize,
         layer: &Layer,
         xs: &Tensor,
         rotary: &RotaryTables,
-        mask: Option<&Tensor>,
-        offset: usize,
         cache: &mut LayerCache,
+        attend: &mut Attend,
     ) -> CResult<Tensor> {
         let spec = &self.spec;
         let (batch, new, _) = xs.dims3()?;
@@ -558,8 +591,14 @@ impl DecoderModel {
         let q = rotary.rope.apply(&q, rotary.cos, rotary.sin)?;
         let k = rotary.rope.apply(&k, rotary.cos, rotary.sin)?;
         let v = heads(&qkv[2], spec.num_kv_heads, None)?;
-        let (k, v) = cache.append(offset, &k, &v)?;
-        let attn = attention(&q, &k, &v, mask, spec.attn_scale, spec.attn_softcap, None)?;
+        let attn = attend(LayerAttention {
+            layer: index,
+            window: layer.sliding_window,
+            q: &q,
+            k: &k,
+            v: &v,
+            cache,
+        })?;
         let attn = attn
             .transpose(1, 2)?
             .reshape((batch, new, spec.num_heads * spec.head_dim))?;

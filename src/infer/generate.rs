@@ -1,7 +1,8 @@
-//! The generation loop: the prompts of a call run as micro-batches; their longest common
-//! token prefix is encoded once (and kept for the next call) and its KV cache copied into
-//! each micro-batch; each prompt's own suffix is left-padded to the longest one, then all
-//! sequences decode one token per step, leaving the batch when they finish.
+//! The generation loop: the prompts of a call run as micro-batches, sorted by their tokens;
+//! a micro-batch's prompts are prefilled together, each copying what it shares with its
+//! neighbour (`shared_prefill`; the last prompt's cache is kept for the next call), left-
+//! padded to the longest, then all sequences decode one token per step, leaving the batch
+//! when they finish.
 //!
 //! Size: over 700 lines because the batching, prefix sharing and decode loop share their
 //! state; splitting them would pass that state across files.
@@ -16,11 +17,7 @@ use super::arch::t5::T5Model;
 use super::decoder::{DecoderModel, Masks, Step};
 use super::error::CResult;
 use super::error::{CandleContext, LocalError};
-use super::layers::LayerCache;
-
-/// Prompt tokens (over the whole micro-batch) encoded per forward pass while prefilling:
-/// bounds the attention score matrices (rows × heads × keys) of long prompts.
-const PREFILL_ROWS: usize = 512;
+use super::shared_prefill::{self, PrefixCache};
 
 /// Generated positions a micro-batch's KV cache is first allocated for.
 const INITIAL_GENERATION_ROOM: usize = 64;
@@ -62,12 +59,6 @@ pub struct Generated {
     /// Per step, when [`Settings::top_logprobs`] asks for them: the most likely tokens,
     /// best first, with their log-probabilities under the full distribution.
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
-}
-
-/// The KV cache of the last shared prefix, kept across calls (batch of one).
-pub struct PrefixCache {
-    tokens: Vec<u32>,
-    layers: Vec<LayerCache>,
 }
 
 /// Picks next tokens: greedy (arg max, first of equals) or seeded temperature / top-p.
@@ -176,6 +167,13 @@ pub(super) struct Layout {
 }
 
 impl Layout {
+    /// A finished sequence's row, kept in the batch: every slot counts as padding, so its
+    /// dummy queries attend to themselves only.
+    const RETIRED: Layout = Layout {
+        prefix: 0,
+        pad: usize::MAX,
+    };
+
     fn valid(self, slot: usize) -> bool {
         slot < self.prefix || slot >= self.prefix + self.pad
     }
@@ -238,104 +236,6 @@ pub(super) fn token_tensor(rows: &[Vec<u32>], device: &Device) -> CResult<Tensor
     let width = rows.first().map_or(0, Vec::len);
     let flat: Vec<u32> = rows.iter().flatten().copied().collect();
     Tensor::from_vec(flat, (rows.len(), width), device)
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-/// Feeds `rows` (equal widths) into `cache` starting at slot `start`, in chunks; returns
-/// the last position's logits when `want_logits`.
-fn prefill(
-    model: &DecoderModel,
-    rows: &[Vec<u32>],
-    layouts: &[Layout],
-    start: usize,
-    cache: &mut [LayerCache],
-    want_logits: bool,
-) -> CResult<Option<Tensor>> {
-    let width = rows.first().map_or(0, Vec::len);
-    let chunk = (PREFILL_ROWS / rows.len().max(1)).max(16);
-    let mut logits = None;
-    let mut done = 0;
-    while done < width {
-        let len = chunk.min(width - done);
-        let chunk: Vec<Vec<u32>> = rows.iter().map(|r| r[done..done + len].to_vec()).collect();
-        let slots = start + done..start + done + len;
-        let positions: Vec<Vec<u32>> = layouts
-            .iter()
-            .map(|l| slots.clone().map(|s| l.position(s)).collect())
-            .collect();
-        let masks = build_masks(
-            layouts,
-            slots.clone(),
-            slots.end,
-            model.sliding_window(),
-            model.device(),
-            model.dtype(),
-        )?;
-        let tokens = token_tensor(&chunk, model.device())?;
-        let last_chunk = done + len == width;
-        logits = model.forward(
-            &Step {
-                tokens: &tokens,
-                positions: &positions,
-                masks: &masks,
-                offset: slots.start,
-                want_logits: want_logits && last_chunk,
-            },
-            cache,
-        )?;
-        done += len;
-    }
-    Ok(logits)
-}
-
-/// Brings the kept prefix cache to exactly `target`, reusing what it shares with the old one.
-fn prepare_prefix(
-    model: &DecoderModel,
-    target: &[u32],
-    kept: &mut Option<PrefixCache>,
-    stats: &mut LocalStats,
-) -> CResult<()> {
-    let reusable = kept
-        .as_ref()
-        .map_or(0, |p| common_prefix(&p.tokens, target));
-    if reusable == target.len()
-        && kept
-            .as_ref()
-            .is_some_and(|p| p.tokens.len() == target.len())
-    {
-        stats.prompt_tokens_reused += target.len() as u64;
-        return Ok(());
-    }
-    let mut layers = match kept.as_ref() {
-        Some(old) if reusable > 0 => old
-            .layers
-            .iter()
-            .map(|l| l.expand(reusable, 1, target.len()))
-            .collect::<CResult<Vec<_>>>()?,
-        _ => model.new_cache(1, target.len())?,
-    };
-    let layout = [Layout {
-        prefix: target.len(),
-        pad: 0,
-    }];
-    prefill(
-        model,
-        &[target[reusable..].to_vec()],
-        &layout,
-        reusable,
-        &mut layers,
-        false,
-    )?;
-    stats.prompt_tokens_reused += reusable as u64;
-    stats.prompt_tokens_processed += (target.len() - reusable) as u64;
-    *kept = Some(PrefixCache {
-        tokens: target.to_vec(),
-        layers,
-    });
-    Ok(())
 }
 
 /// One sequence being generated: its sampler, budget, the tokens so far and the logit gaps.
@@ -421,41 +321,19 @@ pub fn generate_decoder(
     if prompts.is_empty() {
         return Ok(Vec::new());
     }
-    // Every prompt keeps at least its last token out of the prefix: its logits start
-    // the generation.
-    let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
-    let prefix_len = if settings.prefix_reuse {
-        let mut len = shortest.saturating_sub(1);
-        for prompt in &prompts[1..] {
-            len = len.min(common_prefix(&prompts[0], prompt));
-        }
-        len
-    } else {
+    if !settings.prefix_reuse {
         *kept = None;
-        0
-    };
-    if prefix_len > 0 {
-        let encoding = Instant::now();
-        prepare_prefix(model, &prompts[0][..prefix_len], kept, stats).context(context)?;
-        stats.prefill_nanos += encoding.elapsed().as_nanos() as u64;
     }
-    // Similar lengths together: less padding per micro-batch.
+    // Sorted by their tokens, each prompt shares the most with the one before it (see
+    // `shared_prefill`); the prefill computes no padding, so lengths may mix.
     let mut order: Vec<usize> = (0..prompts.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(prompts[i].len()));
+    order.sort_by(|&a, &b| prompts[a].cmp(&prompts[b]).then(a.cmp(&b)));
     for group in order.chunks(settings.max_batch.max(1)) {
         let started = Instant::now();
-        let suffixes: Vec<&[u32]> = group.iter().map(|&i| &prompts[i][prefix_len..]).collect();
+        let members: Vec<&[u32]> = group.iter().map(|&i| prompts[i].as_slice()).collect();
         let budgets: Vec<usize> = group.iter().map(|&i| settings.max_new_tokens[i]).collect();
         let generated = decode_group(
-            model,
-            prefix_len,
-            &suffixes,
-            &budgets,
-            settings,
-            kept.as_ref(),
-            stats,
-            stop_check,
-            started,
+            model, &members, &budgets, settings, kept, stats, stop_check, started,
         )
         .context(context)?;
         for (&i, mut result) in group.iter().zip(generated) {
@@ -472,51 +350,50 @@ pub fn generate_decoder(
 #[allow(clippy::too_many_arguments)]
 fn decode_group(
     model: &DecoderModel,
-    prefix_len: usize,
-    suffixes: &[&[u32]],
+    prompts: &[&[u32]],
     budgets: &[usize],
     settings: &Settings,
-    prefix: Option<&PrefixCache>,
+    kept: &mut Option<PrefixCache>,
     stats: &mut LocalStats,
     stop_check: &dyn Fn(&[u32]) -> bool,
     started: Instant,
 ) -> CResult<Vec<Generated>> {
-    let batch = suffixes.len();
-    let width = suffixes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let batch = prompts.len();
+    let width = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
     // Room for the first generated tokens; the cache grows if the answers run longer
     // (most stop well before their budget, and the budget × batch × layers is the bulk
     // of the memory otherwise).
     let most = budgets.iter().copied().max().unwrap_or(0);
-    let capacity = prefix_len + width + most.min(INITIAL_GENERATION_ROOM);
-    let mut cache = match prefix {
-        Some(prefix) if prefix_len > 0 => prefix
-            .layers
-            .iter()
-            .map(|l| l.expand(prefix_len, batch, capacity))
-            .collect::<CResult<Vec<_>>>()?,
-        _ => model.new_cache(batch, capacity)?,
-    };
-    let mut layouts: Vec<Layout> = suffixes
+    let mut cache = model.new_cache(batch, width + most.min(INITIAL_GENERATION_ROOM))?;
+    // Left padding: every prompt ends at slot `width`, where decoding starts.
+    let mut layouts: Vec<Layout> = prompts
         .iter()
-        .map(|s| Layout {
-            prefix: prefix_len,
-            pad: width - s.len(),
+        .map(|p| Layout {
+            prefix: 0,
+            pad: width - p.len(),
         })
         .collect();
-    // Left padding: token 0 fills the masked slots.
-    let rows: Vec<Vec<u32>> = suffixes
-        .iter()
-        .map(|s| {
-            std::iter::repeat_n(0, width - s.len())
-                .chain(s.iter().copied())
-                .collect()
-        })
-        .collect();
-    stats.prompt_tokens_processed += suffixes.iter().map(|s| s.len() as u64).sum::<u64>();
-    stats.prompt_tokens_reused += (prefix_len * batch) as u64;
     let encoding = Instant::now();
-    let mut logits =
-        prefill(model, &rows, &layouts, prefix_len, &mut cache, true)?.expect("prefill logits");
+    let (mut logits, inherited) = shared_prefill::prefill(
+        model,
+        prompts,
+        kept.as_ref(),
+        settings.prefix_reuse,
+        &mut cache,
+    )?;
+    let reused = inherited.iter().sum::<usize>() as u64;
+    stats.prompt_tokens_reused += reused;
+    stats.prompt_tokens_processed += prompts.iter().map(|p| p.len() as u64).sum::<u64>() - reused;
+    if settings.prefix_reuse {
+        // The last prompt is the one the next micro-batch (sorted after it) shares most with.
+        let last = batch - 1;
+        *kept = Some(PrefixCache::of_row(
+            &cache,
+            last,
+            layouts[last].pad,
+            prompts[last],
+        )?);
+    }
     stats.prefill_nanos += encoding.elapsed().as_nanos() as u64;
     let decoding = Instant::now();
 
@@ -525,33 +402,49 @@ fn decode_group(
         .iter()
         .map(|&budget| Sequence::new(settings, budget))
         .collect();
-    // Index into the group of each sequence still in the batch.
-    let mut active: Vec<usize> = (0..batch).collect();
-    let mut slot = prefix_len + width;
+    // Per row of the cache, the sequence it holds; `None` once that one finished. A
+    // finished row stays (fed a dummy token, attending to itself only) until at most half
+    // the rows are live: copying the whole cache at every finish was 7 % of the demo.
+    let mut members: Vec<Option<usize>> = (0..batch).map(Some).collect();
+    let mut slot = width;
     loop {
         let rows = logits.to_vec2::<f32>()?;
-        let mut next_tokens = Vec::with_capacity(active.len());
-        let mut keep = Vec::with_capacity(active.len());
-        for (row, &seq) in active.iter().enumerate() {
-            match sequences[seq].step(&rows[row], settings, stats, stop_check, started) {
-                Advance::Done(output) => outputs[seq] = Some(output),
-                Advance::Continue(token) => {
-                    keep.push(row as u32);
-                    next_tokens.push(vec![token]);
+        let mut next_tokens = Vec::with_capacity(members.len());
+        for (row, member) in members.iter_mut().enumerate() {
+            let token = match *member {
+                Some(seq) => {
+                    match sequences[seq].step(&rows[row], settings, stats, stop_check, started) {
+                        Advance::Done(output) => {
+                            outputs[seq] = Some(output);
+                            *member = None;
+                            layouts[row] = Layout::RETIRED;
+                            0
+                        }
+                        Advance::Continue(token) => token,
+                    }
                 }
-            }
+                None => 0,
+            };
+            next_tokens.push(vec![token]);
         }
-        if keep.is_empty() {
+        let live: Vec<u32> = (0..members.len() as u32)
+            .filter(|&row| members[row as usize].is_some())
+            .collect();
+        if live.is_empty() {
             break;
         }
-        if keep.len() < active.len() {
-            let rows = Tensor::new(keep.as_slice(), model.device())?;
+        if live.len() * 2 <= members.len() {
+            let rows = Tensor::new(live.as_slice(), model.device())?;
             cache = cache
                 .iter()
                 .map(|l| l.select(&rows))
                 .collect::<CResult<Vec<_>>>()?;
-            active = keep.iter().map(|&r| active[r as usize]).collect();
-            layouts = keep.iter().map(|&r| layouts[r as usize]).collect();
+            members = live.iter().map(|&r| members[r as usize]).collect();
+            layouts = live.iter().map(|&r| layouts[r as usize]).collect();
+            next_tokens = live
+                .iter()
+                .map(|&r| std::mem::take(&mut next_tokens[r as usize]))
+                .collect();
         }
         let positions: Vec<Vec<u32>> = layouts.iter().map(|l| vec![l.position(slot)]).collect();
         let masks = build_masks(

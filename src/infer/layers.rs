@@ -3,6 +3,7 @@
 //! mask, and a preallocated KV cache that can be copied per prompt.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use candle_core::quantized::{QMatMul, QStorage, QTensor};
@@ -522,6 +523,47 @@ impl LayerCache {
             k: grow(&self.k)?,
             v: grow(&self.v)?,
         })
+    }
+
+    /// Writes `k`, `v` `(1, kv_heads, new, head_dim)` into sequence `row` from `slot` on.
+    pub fn write_row(&mut self, row: usize, slot: usize, k: &Tensor, v: &Tensor) -> CResult<()> {
+        self.k
+            .narrow(0, row, 1)?
+            .slice_set(&k.contiguous()?, 2, slot)?;
+        self.v
+            .narrow(0, row, 1)?
+            .slice_set(&v.contiguous()?, 2, slot)
+    }
+
+    /// Sequence `row`'s keys and values over `slots`, `(1, kv_heads, len, head_dim)` views.
+    pub fn row_view(&self, row: usize, slots: Range<usize>) -> CResult<(Tensor, Tensor)> {
+        let view = |t: &Tensor| t.narrow(0, row, 1)?.narrow(2, slots.start, slots.len());
+        Ok((view(&self.k)?, view(&self.v)?))
+    }
+
+    /// Sequence `row`'s `slots` as a cache of one sequence holding just them.
+    pub fn row_copy(&self, row: usize, slots: Range<usize>) -> CResult<Self> {
+        let (k, v) = self.row_view(row, slots)?;
+        Ok(LayerCache {
+            k: k.force_contiguous()?,
+            v: v.force_contiguous()?,
+        })
+    }
+
+    /// Copies `len` slots of `source`'s sequence `from.0` (this cache's when `source` is
+    /// `None`) starting at slot `from.1` into sequence `to.0` from slot `to.1`.
+    pub fn copy_slots(
+        &mut self,
+        source: Option<&LayerCache>,
+        from: (usize, usize),
+        to: (usize, usize),
+        len: usize,
+    ) -> CResult<()> {
+        let (k, v) = source
+            .unwrap_or(self)
+            .row_view(from.0, from.1..from.1 + len)?;
+        // A dense copy first: the source may share this cache's storage.
+        self.write_row(to.0, to.1, &k.force_contiguous()?, &v.force_contiguous()?)
     }
 
     /// Keeps only the sequences at `rows` (finished ones leave the batch).

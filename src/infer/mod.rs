@@ -15,10 +15,10 @@
 //! GPT-J has no implementation here (nor in candle): serve it with vLLM or TGI and use the
 //! OpenAI-compatible backend.
 //!
-//! Throughput: the prompts of one call run as micro-batches of `max_batch`; their longest
-//! common token prefix (the long instructions of membership and classification prompts)
-//! is encoded once and its KV cache copied into each micro-batch, and the last prefix is
-//! kept for the next call. [`LocalStats`] counts the prompt tokens actually run through
+//! Throughput: the prompts of one call run as micro-batches of `max_batch`, sorted by their
+//! tokens; each prompt copies the KV cache of what it shares with the prompt before it
+//! (a test's instructions, then a row) instead of computing it, and the last prompt's
+//! cache is kept for the next call (`shared_prefill`). [`LocalStats`] counts the prompt tokens actually run through
 //! the model, so that a benchmark can compare with and without reuse.
 //!
 //! Identity: [`LocalModel::revision`] is a blake3 digest of the weight, config and
@@ -46,6 +46,7 @@ pub mod layers;
 pub mod memory;
 pub mod qmatmul;
 pub mod score;
+pub mod shared_prefill;
 pub mod tensor_values;
 pub mod tokenizer;
 pub mod weights;
@@ -62,8 +63,9 @@ use crate::request::{GenerationParams, Response};
 use arch::Architecture;
 use arch::t5::T5Model;
 use decoder::DecoderModel;
+use generate::Settings;
 pub use generate::{Finish, Generated};
-use generate::{PrefixCache, Settings};
+use shared_prefill::PrefixCache;
 use tokenizer::TextTokenizer;
 use weights::Weights;
 

@@ -449,14 +449,12 @@ pub fn tokenize_all(
 /// Requests that differ at most in their token budget (same sampling, seed, stops and
 /// sample index) may share a micro-batch: each sequence stops at its own budget, and the
 /// sampler's draws depend on the request only. Within such a group the prompts are sorted
-/// by length, then by their token ids: a micro-batch is left-padded to its longest prompt
-/// and every padded slot is computed, so mixing lengths costs more than any shared prefix
-/// saves. Measured on the demo's 318 prompts: sorted by token ids alone, the 78-token
-/// prompts of 0-shot classification landed beside the 325-token 1-shot ones that start
-/// with the same row, and padding added 27,258 slots to 65,880 prompt tokens (~41 % more
-/// prefill); by length it adds 806. Among equal lengths, the id order still puts prompts
-/// with a common beginning (a test's instructions) together: each call's shared prefix
-/// is encoded once and the engine's kept prefix carries it on to the next call.
+/// by their token ids, so that each shares the most with its neighbour: a test's
+/// instructions, then a row (a 0-shot prompt sits just before the 1-shot ones that start
+/// with its row), which `shared_prefill` copies instead of computing. Lengths may mix: the
+/// prefill packs prompts and computes no padding (padding only costs cache slots, which
+/// decoding skips). Measured on the demo's 318 prompts, lanes taking batches in turn: 74 %
+/// of the prompt text is computed sorted this way, 83 % sorted by length then ids.
 pub fn schedule(requests: &[Request], tokenized: &[Vec<u32>], max_batch: usize) -> Vec<Vec<usize>> {
     let max_batch = max_batch.max(1);
     // Groups by first appearance (params compare by value; f64 fields rule out hashing).
@@ -476,9 +474,7 @@ pub fn schedule(requests: &[Request], tokenized: &[Vec<u32>], max_batch: usize) 
     }
     let mut batches = Vec::new();
     for (_, _, mut members) in groups {
-        members.sort_by(|&a, &b| {
-            (tokenized[a].len(), &tokenized[a], a).cmp(&(tokenized[b].len(), &tokenized[b], b))
-        });
+        members.sort_by(|&a, &b| (&tokenized[a], a).cmp(&(&tokenized[b], b)));
         batches.extend(members.chunks(max_batch).map(<[usize]>::to_vec));
     }
     batches
@@ -549,7 +545,7 @@ mod tests {
     }
 
     #[test]
-    fn schedule_joins_budgets_sorts_by_length_then_tokens_and_keeps_sampling_apart() {
+    fn schedule_joins_budgets_sorts_by_tokens_and_keeps_sampling_apart() {
         // Two tests' prompts interleaved in plan order, with different budgets; a long
         // prompt that starts like a short one; one sampled request that must not join
         // the greedy ones.
@@ -570,10 +566,9 @@ mod tests {
             vec![1, 4, 7, 7, 7, 7],
         ];
         let batches = schedule(&requests, &tokenized, 2);
-        // Greedy group by length, then token ids: [1,4] [1,5] | [2,3] [2,9] | the long one
-        // alone (sorted by ids only, it would have padded [1,5] to six slots); then the
-        // sampled one.
-        assert_eq!(batches, vec![vec![4, 1], vec![2, 0], vec![5], vec![3]]);
+        // Greedy group by token ids: the long prompt right after the short one it extends
+        // ([1,4] [1,4,7,…]), then [1,5] [2,3] | [2,9]; then the sampled one.
+        assert_eq!(batches, vec![vec![4, 5], vec![1, 2], vec![0], vec![3]]);
         // Every request exactly once.
         let mut all: Vec<usize> = batches.concat();
         all.sort_unstable();

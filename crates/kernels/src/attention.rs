@@ -92,6 +92,14 @@ pub fn decode(
             });
             let mut max = f32::NEG_INFINITY;
             for (j, score) in scores.iter_mut().enumerate() {
+                // A masked key (the padding before a short prompt, all but itself for a
+                // finished row) costs no dot product.
+                if let Some(row) = mask_row
+                    && row[j] == f32::NEG_INFINITY
+                {
+                    *score = f32::NEG_INFINITY;
+                    continue;
+                }
                 let mut s = dot(query, keys.row(b, kv, j, head_dim)) * scale;
                 if let Some(cap) = softcap {
                     s = (s / cap).tanh() * cap;
