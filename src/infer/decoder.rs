@@ -175,6 +175,13 @@ impl Projection {
             Projection::Separate(linears) => linears.iter().map(|l| l.forward(xs)).collect(),
         }
     }
+
+    fn rows_independent(&self) -> bool {
+        match self {
+            Projection::Fused { linear, .. } => linear.rows_independent(),
+            Projection::Separate(linears) => linears.iter().all(Linear::rows_independent),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -471,6 +478,18 @@ impl DecoderModel {
     pub fn forward_all_logits(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Tensor> {
         let xs = self.uniform_hidden_states(step, cache)?;
         self.logits(&xs)
+    }
+
+    /// Whether a token's keys and values are the same whatever else its prefill pass holds
+    /// (see [`Linear::rows_independent`]): only then may a prompt copy them from another
+    /// call's pass (`shared_prefill`'s kept prompt) without changing its numbers.
+    pub(super) fn prefill_rows_independent(&self) -> bool {
+        self.layers.iter().all(|layer| {
+            layer.qkv.rows_independent()
+                && layer.o.rows_independent()
+                && layer.mlp_in.rows_independent()
+                && layer.down.rows_independent()
+        })
     }
 
     /// Final norm, LM head and soft-cap, in f32.

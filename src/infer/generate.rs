@@ -321,7 +321,11 @@ pub fn generate_decoder(
     if prompts.is_empty() {
         return Ok(Vec::new());
     }
-    if !settings.prefix_reuse {
+    // A prompt is kept for the next micro-batch only where a copied token equals a computed
+    // one (on AVX2, a quantized model's prefill takes another path for a pass of few rows,
+    // and a prompt copying another pass's tokens would answer otherwise than alone); within
+    // a micro-batch sharing is kept on every path (checked against prompts run alone).
+    if !settings.prefix_reuse || !model.prefill_rows_independent() {
         *kept = None;
     }
     // Sorted by their tokens, each prompt shares the most with the one before it (see
@@ -384,7 +388,7 @@ fn decode_group(
     let reused = inherited.iter().sum::<usize>() as u64;
     stats.prompt_tokens_reused += reused;
     stats.prompt_tokens_processed += prompts.iter().map(|p| p.len() as u64).sum::<u64>() - reused;
-    if settings.prefix_reuse {
+    if settings.prefix_reuse && model.prefill_rows_independent() {
         // The last prompt is the one the next micro-batch (sorted after it) shares most with.
         let last = batch - 1;
         *kept = Some(PrefixCache::of_row(

@@ -106,6 +106,16 @@ impl Linear {
         Ok(Some((Linear::new(weight, bias), sizes)))
     }
 
+    /// Whether a row's product is the same whatever rows share the call: dense weights, or
+    /// quantized ones on the int8 panels. Elsewhere a call of few rows takes block dot
+    /// products over 8-bit activations and one of many an f32 GEMM over expanded blocks.
+    pub fn rows_independent(&self) -> bool {
+        match &self.weight {
+            QMatMul::QTensor(q) => super::qmatmul::int8_prefill(q),
+            QMatMul::Tensor(_) | QMatMul::TensorF16(_) => true,
+        }
+    }
+
     pub fn forward(&self, xs: &Tensor) -> CResult<Tensor> {
         let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
         let ys = match &self.weight {
