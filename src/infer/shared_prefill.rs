@@ -195,7 +195,12 @@ pub(super) fn prefill(
             .iter()
             .map(|&s| {
                 let mask = |window| segment_mask(s, window, group, model.device(), model.dtype());
-                Ok((mask(None)?, mask(model.sliding_window())?))
+                // The sliding mask only for models with windowed layers, which alone use it.
+                let sliding = match model.sliding_window() {
+                    Some(window) => mask(Some(window))?,
+                    None => None,
+                };
+                Ok((mask(None)?, sliding))
             })
             .collect::<CResult<Vec<_>>>()?;
         let mut attend = |call: LayerAttention| -> CResult<Tensor> {
