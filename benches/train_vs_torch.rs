@@ -20,6 +20,11 @@
 //! `TABCONTAM_BENCH_LORA=RANK` races LoRA instead (issue 23 item 3): our adapters against
 //! peft's `LoraConfig` at the same rank, alpha (= rank), targets (`_LORA_TARGETS`,
 //! default `attention`: q, k, v, o) and no dropout, the base frozen on both sides.
+//!
+//! `TABCONTAM_BENCH_PRECISION=bf16` races the bf16 modes: our `--precision bf16` (the
+//! projections and head on bf16 operands with f32 sums, AVX-512 BF16) against PyTorch's
+//! `torch.autocast("cpu", dtype=torch.bfloat16)` around the forward pass and loss, both
+//! with f32 master weights and AdamW.
 
 #[path = "../tests/support/tiny_llama.rs"]
 mod tiny_llama;
@@ -31,6 +36,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use serde_json::{Value, json};
 use tabcontam::infer::files::ModelFiles;
+use tabcontam::train::linear::Precision;
 use tabcontam::train::llama::LlamaTrainer;
 use tabcontam::train::lora::LoraSettings;
 use tabcontam::train::optimizer::{AdamW, AdamWSettings};
@@ -64,7 +70,9 @@ fn ours(model_dir: &Path, windows_path: &Path) {
     let (batch, window) = (batches[0].len(), batches[0][0].len());
     let seq = window - 1;
     let files = ModelFiles::locate(model_dir).unwrap();
-    let mut model = LlamaTrainer::load(&files).unwrap();
+    let mut model = LlamaTrainer::load(&files)
+        .unwrap()
+        .with_precision(precision());
     if let Some(lora) = lora_settings() {
         model = model.with_lora(lora, 0).unwrap();
     }
@@ -99,6 +107,12 @@ fn ours(model_dir: &Path, windows_path: &Path) {
             "peak_rss": peak_rss(),
         })
     );
+}
+
+/// `TABCONTAM_BENCH_PRECISION`: `f32` (the default) or `bf16`.
+fn precision() -> Precision {
+    let name = std::env::var("TABCONTAM_BENCH_PRECISION").unwrap_or_else(|_| "f32".into());
+    Precision::parse(&name).unwrap_or_else(|e| panic!("TABCONTAM_BENCH_PRECISION: {e}"))
 }
 
 /// `TABCONTAM_BENCH_LORA` and `_LORA_TARGETS`, when a LoRA race is asked for.
@@ -180,6 +194,7 @@ fn race(name: &str, shape: &LlamaShape, python: &str) {
             ))
             .arg(&model_dir)
             .arg(&windows_path)
+            .env("TABCONTAM_BENCH_PRECISION", precision().name())
             .arg(steps.to_string())
             .arg(threads.to_string())
             .arg(LR.to_string())
@@ -213,8 +228,15 @@ fn race(name: &str, shape: &LlamaShape, python: &str) {
         ),
     };
     println!(
-        "{name}: llama hidden {} × {} layers, vocab {} ({} parameters), {method}, f32, batch {batch} × seq {seq}, {steps} steps, {threads} threads",
-        shape.hidden, shape.layers, shape.vocab, ours["parameters"]
+        "{name}: llama hidden {} × {} layers, vocab {} ({} parameters), {method}, {}, batch {batch} × seq {seq}, {steps} steps, {threads} threads",
+        shape.hidden,
+        shape.layers,
+        shape.vocab,
+        ours["parameters"],
+        match precision() {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16 (ours: bf16 products, f32 sums; PyTorch: bf16 autocast)",
+        }
     );
     println!(
         "  tabcontam (candle) {:>8.1} tokens/s  peak RSS {}  losses {}",

@@ -2,8 +2,11 @@
 token windows, batch size, sequence length, thread count and AdamW settings; prints one JSON
 line with tokens/s of forward + backward + optimizer step and the process's peak RSS.
 Two more arguments (rank, comma-joined module names) train peft LoRA adapters instead, the
-base frozen, alpha = rank, no dropout."""
+base frozen, alpha = rank, no dropout. TABCONTAM_BENCH_PRECISION=bf16 runs the forward pass
+and the loss under torch.autocast("cpu", dtype=torch.bfloat16) (f32 master weights)."""
+import contextlib
 import json
+import os
 import resource
 import sys
 import time
@@ -32,11 +35,19 @@ def main():
     opt = torch.optim.AdamW(trainable, lr=float(lr), betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.0)
 
+    bf16 = os.environ.get("TABCONTAM_BENCH_PRECISION", "f32") == "bf16"
+
+    def autocast():
+        if bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def step(batch):
         ids = torch.tensor(batch, dtype=torch.long)
-        out = model(input_ids=ids[:, :-1], labels=None)
-        logits = out.logits.reshape(-1, out.logits.shape[-1])
-        loss = torch.nn.functional.cross_entropy(logits, ids[:, 1:].reshape(-1))
+        with autocast():
+            out = model(input_ids=ids[:, :-1], labels=None)
+            logits = out.logits.reshape(-1, out.logits.shape[-1])
+            loss = torch.nn.functional.cross_entropy(logits, ids[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

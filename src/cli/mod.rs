@@ -268,6 +268,11 @@ pub struct ContaminateArgs {
     /// The adapters are scaled by alpha / rank (default: alpha = rank, scale 1).
     #[arg(long, value_name = "ALPHA", requires = "lora")]
     pub lora_alpha: Option<f64>,
+    /// Arithmetic of the projections and the output head: `f32`, or `bf16` (operands
+    /// rounded to bfloat16, sums, weights, gradients and optimizer in f32, as PyTorch's
+    /// bf16 autocast; needs AVX-512 BF16). A bf16 series is another series.
+    #[arg(long, default_value = "f32", value_name = "PRECISION")]
+    pub precision: String,
     /// Series folder: epoch-001/, epoch-002/, … and loss.csv.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,

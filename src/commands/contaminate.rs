@@ -40,6 +40,8 @@ pub fn run(args: ContaminateArgs) -> anyhow::Result<ExitCode> {
     }
     settings.resume_every = std::time::Duration::from_secs_f64(args.resume_every);
     settings.max_grad_norm = args.max_grad_norm;
+    settings.precision = train::linear::Precision::parse(&args.precision)
+        .map_err(|e| anyhow::anyhow!("--precision: {e}"))?;
     settings.lr_schedule = train::schedule::LrSchedule::parse(&args.lr_schedule)
         .map_err(|e| anyhow::anyhow!("--lr-schedule: {e}"))?;
     if let Some(rank) = args.lora {

@@ -74,6 +74,9 @@ pub struct CalibrationSpec {
     /// The learning-rate schedule (as `contaminate --lr-schedule`; default `constant`).
     #[serde(default)]
     pub lr_schedule: Option<String>,
+    /// The products' arithmetic (as `contaminate --precision`; default `f32`).
+    #[serde(default)]
+    pub precision: Option<String>,
 }
 
 fn default_text() -> String {
@@ -285,6 +288,10 @@ impl CalibrationSpec {
             settings.lr_schedule = crate::train::schedule::LrSchedule::parse(schedule)
                 .map_err(|e| format!("calibration.lr_schedule: {e}"))?;
         }
+        if let Some(precision) = &self.precision {
+            settings.precision = crate::train::linear::Precision::parse(precision)
+                .map_err(|e| format!("calibration.precision: {e}"))?;
+        }
         if let Some(rank) = self.lora {
             let lora = crate::train::lora::LoraSettings::from_options(
                 rank,
@@ -336,6 +343,10 @@ impl CalibrationSpec {
             Some(schedule) if schedule != "constant" => {
                 format!("{method}, learning rate {schedule} to a tenth")
             }
+            _ => method,
+        };
+        let method = match self.precision.as_deref() {
+            Some(precision) if precision != "f32" => format!("{method}, {precision} products"),
             _ => method,
         };
         format!(

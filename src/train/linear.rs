@@ -16,6 +16,39 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, Tensor, Var, bail};
 
+/// The arithmetic of the trainer's large products (projections, output head): f32
+/// throughout, or bf16 operands with f32 sums (`--precision bf16`, PyTorch's bf16
+/// autocast on CPU: weights and activations rounded to bf16 for each product, master
+/// weights, gradients, optimizer moments and every elementwise op in f32), on AVX-512
+/// BF16 where the CPU has it ([`tabcontam_kernels::bf16`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    Bf16,
+}
+
+impl Precision {
+    /// The name `--precision` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// `f32` or `bf16`, or a one-line error naming both.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "f32" | "float32" => Ok(Precision::F32),
+            "bf16" | "bfloat16" => Ok(Precision::Bf16),
+            other => Err(format!(
+                "`{other}` is not a precision: use f32 (the default) or bf16"
+            )),
+        }
+    }
+}
+
 /// Where a weight's gradient `(out, in)` lands during the backward pass: empty after
 /// [`GradSink::take`], and summed in place when the weight takes part more than once.
 #[derive(Clone, Default)]
@@ -43,6 +76,7 @@ impl GradSink {
 /// Adds `dyᵀ x` (`dy` `(rows, out)`, `x` `(rows, in)`, both row-major) to the `(out, in)`
 /// gradient in `slot` on `threads` cores; gemm writes it whole the first time (no zeroed
 /// buffer, no add).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn add_weight_grad(
     slot: &mut Option<Vec<f32>>,
     dy: &[f32],
@@ -51,6 +85,7 @@ pub(super) fn add_weight_grad(
     out: usize,
     inputs: usize,
     threads: usize,
+    precision: Precision,
 ) {
     assert_eq!((dy.len(), x.len()), (rows * out, rows * inputs));
     // An empty buffer is one allocated ahead ([`reserve_weight_grad`]), not a sum yet.
@@ -73,6 +108,7 @@ pub(super) fn add_weight_grad(
             buffer.as_mut_ptr(),
             read,
             threads,
+            precision,
         );
         buffer.set_len(out * inputs);
     }
@@ -131,16 +167,27 @@ pub(super) fn weight_and_input_grads<A: Send, B: Send>(
 /// # Safety
 /// `dst` must have room for the product at its strides, and hold initialised values when
 /// `read`; the operands must be valid at theirs.
-unsafe fn gemm_f32(p: Product, dst: *mut f32, read: bool, threads: usize) {
+unsafe fn gemm_f32(p: Product, dst: *mut f32, read: bool, threads: usize, precision: Precision) {
     // SAFETY: forwarded from the caller.
-    unsafe { scaled_gemm_f32(p, dst, read, 1.0, threads) }
+    unsafe { scaled_gemm(p, dst, read, 1.0, threads, precision) }
 }
 
 /// [`gemm_f32`] with the product multiplied by `scale` before it is written or added.
 ///
 /// # Safety
 /// As [`gemm_f32`].
-unsafe fn scaled_gemm_f32(p: Product, dst: *mut f32, read: bool, scale: f32, threads: usize) {
+unsafe fn scaled_gemm(
+    p: Product,
+    dst: *mut f32,
+    read: bool,
+    scale: f32,
+    threads: usize,
+    precision: Precision,
+) {
+    if precision == Precision::Bf16 {
+        // SAFETY: forwarded from the caller.
+        return unsafe { bf16_gemm(p, dst, read, scale, threads) };
+    }
     let parallelism = match threads {
         0 | 1 => gemm::Parallelism::None,
         n => gemm::Parallelism::Rayon(n),
@@ -171,8 +218,33 @@ unsafe fn scaled_gemm_f32(p: Product, dst: *mut f32, read: bool, scale: f32, thr
     }
 }
 
+/// [`scaled_gemm`] on bf16 operands: the kernel writes rows with dense columns, so a
+/// destination stored column by column (a weight gradient's `xᵀ dy`) is computed as the
+/// transposed product `(B A)ᵀ`, the same numbers.
+///
+/// # Safety
+/// As [`gemm_f32`]; the destination is dense along its rows or its columns.
+unsafe fn bf16_gemm(p: Product, dst: *mut f32, read: bool, scale: f32, threads: usize) {
+    use tabcontam_kernels::bf16::{Operand, gemm};
+    let operand = |(ptr, row_stride, col_stride): (*const f32, isize, isize)| Operand {
+        ptr,
+        row_stride,
+        col_stride,
+    };
+    let swapped = |(ptr, row_stride, col_stride)| operand((ptr, col_stride, row_stride));
+    let (m, n, a, b, row_stride) = if p.dst.1 == 1 {
+        (p.m, p.n, operand(p.lhs), operand(p.rhs), p.dst.0)
+    } else {
+        assert_eq!(p.dst.0, 1, "a destination dense along rows or columns");
+        (p.n, p.m, swapped(p.rhs), swapped(p.lhs), p.dst.1)
+    };
+    // SAFETY: forwarded from the caller (the transposed destination covers the same
+    // values).
+    unsafe { gemm(m, n, p.k, dst, row_stride, read, scale, a, b, threads) }
+}
+
 /// A fresh row-major `(m, n)` product of `p`, on `threads` cores.
-fn product(p: Product, threads: usize) -> Vec<f32> {
+fn product(p: Product, threads: usize, precision: Precision) -> Vec<f32> {
     let len = p.m * p.n;
     let mut out = Vec::with_capacity(len);
     // SAFETY: `out` has room for the `m × n` product at row stride `n`, which gemm writes
@@ -187,6 +259,7 @@ fn product(p: Product, threads: usize) -> Vec<f32> {
             out.as_mut_ptr(),
             false,
             threads,
+            precision,
         );
         out.set_len(len);
     }
@@ -194,7 +267,14 @@ fn product(p: Product, threads: usize) -> Vec<f32> {
 }
 
 /// `x Wᵀ` for rows `x` `(rows, in)` and a weight `w` `(out, in)`, row-major.
-pub fn forward(x: &[f32], w: &[f32], rows: usize, out: usize, inputs: usize) -> Vec<f32> {
+pub fn forward(
+    x: &[f32],
+    w: &[f32],
+    rows: usize,
+    out: usize,
+    inputs: usize,
+    precision: Precision,
+) -> Vec<f32> {
     assert_eq!((x.len(), w.len()), (rows * inputs, out * inputs));
     product(
         Product {
@@ -206,12 +286,20 @@ pub fn forward(x: &[f32], w: &[f32], rows: usize, out: usize, inputs: usize) -> 
             rhs: (w.as_ptr(), 1, inputs as isize),
         },
         all_threads(),
+        precision,
     )
 }
 
 /// `dy W`: the input's gradient, `(rows, in)`.
-pub fn input_grad(dy: &[f32], w: &[f32], rows: usize, out: usize, inputs: usize) -> Vec<f32> {
-    input_grad_on(dy, w, rows, out, inputs, all_threads())
+pub fn input_grad(
+    dy: &[f32],
+    w: &[f32],
+    rows: usize,
+    out: usize,
+    inputs: usize,
+    precision: Precision,
+) -> Vec<f32> {
+    input_grad_on(dy, w, rows, out, inputs, all_threads(), precision)
 }
 
 /// [`input_grad`] on `threads` cores.
@@ -222,6 +310,7 @@ pub fn input_grad_on(
     out: usize,
     inputs: usize,
     threads: usize,
+    precision: Precision,
 ) -> Vec<f32> {
     assert_eq!((dy.len(), w.len()), (rows * out, out * inputs));
     product(
@@ -234,16 +323,24 @@ pub fn input_grad_on(
             rhs: (w.as_ptr(), inputs as isize, 1),
         },
         threads,
+        precision,
     )
 }
 
 /// `dy W` from tensors `dy` `(rows, out)` and `w` `(out, in)` on `threads` cores, as a
 /// `(rows, in)` tensor.
-pub fn input_grad_tensor(dy: &Tensor, w: &Tensor, threads: usize) -> candle_core::Result<Tensor> {
+pub fn input_grad_tensor(
+    dy: &Tensor,
+    w: &Tensor,
+    threads: usize,
+    precision: Precision,
+) -> candle_core::Result<Tensor> {
     let (rows, out) = dy.dims2()?;
     let (_, inputs) = w.dims2()?;
     let dx = with_values(dy, |dy| {
-        with_values(w, |w| input_grad_on(dy, w, rows, out, inputs, threads))
+        with_values(w, |w| {
+            input_grad_on(dy, w, rows, out, inputs, threads, precision)
+        })
     })??;
     Tensor::from_vec(dx, (rows, inputs), dy.device())
 }
@@ -257,6 +354,7 @@ pub(super) fn sink_and_input_grads(
     dy: &Tensor,
     x: &Tensor,
     w: &Tensor,
+    precision: Precision,
 ) -> candle_core::Result<Tensor> {
     let (rows, out) = dy.dims2()?;
     let (_, inputs) = x.dims2()?;
@@ -268,11 +366,11 @@ pub(super) fn sink_and_input_grads(
         |threads| {
             with_values(dy, |dy| {
                 with_values(x, |x| {
-                    add_weight_grad(slot, dy, x, rows, out, inputs, threads)
+                    add_weight_grad(slot, dy, x, rows, out, inputs, threads, precision)
                 })
             })
         },
-        |threads| input_grad_tensor(dy, w, threads),
+        |threads| input_grad_tensor(dy, w, threads, precision),
     );
     weight_grad??;
     dx
@@ -309,6 +407,7 @@ pub(super) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_
 struct Linear {
     weight: Tensor,
     sink: Option<GradSink>,
+    precision: Precision,
 }
 
 impl CustomOp1 for Linear {
@@ -323,16 +422,18 @@ impl CustomOp1 for Linear {
         let (rows, inputs) = l.shape().dims2()?;
         let (out, _) = self.weight.dims2()?;
         let x = slice(s, l, self.name())?;
-        let y = with_values(&self.weight, |w| forward(x, w, rows, out, inputs))?;
+        let y = with_values(&self.weight, |w| {
+            forward(x, w, rows, out, inputs, self.precision)
+        })?;
         Ok((CpuStorage::F32(y), Shape::from((rows, out))))
     }
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let grad = grad.detach();
         let Some(sink) = &self.sink else {
-            return input_grad_tensor(&grad, &self.weight, all_threads()).map(Some);
+            return input_grad_tensor(&grad, &self.weight, all_threads(), self.precision).map(Some);
         };
-        sink_and_input_grads(sink, &grad, &x.detach(), &self.weight).map(Some)
+        sink_and_input_grads(sink, &grad, &x.detach(), &self.weight, self.precision).map(Some)
     }
 }
 
@@ -342,17 +443,24 @@ pub(super) fn linear_op(
     x: &Tensor,
     weight: &Tensor,
     sink: Option<&GradSink>,
+    precision: Precision,
 ) -> candle_core::Result<Tensor> {
     x.contiguous()?.apply_op1(Linear {
         weight: weight.detach(),
         sink: sink.cloned(),
+        precision,
     })
 }
 
 /// `x Wᵀ` over rows `x` `(n, in)` for a trained weight `w` `(out, in)`: `x` gets its
 /// gradient through candle, `w` in `sink`.
-pub fn trained_linear(x: &Tensor, w: &Var, sink: &GradSink) -> candle_core::Result<Tensor> {
-    linear_op(x, w.as_tensor(), Some(sink))
+pub fn trained_linear(
+    x: &Tensor,
+    w: &Var,
+    sink: &GradSink,
+    precision: Precision,
+) -> candle_core::Result<Tensor> {
+    linear_op(x, w.as_tensor(), Some(sink), precision)
 }
 
 /// `dst (m × n) (+)= scale · lhs · rhs` for row-major `lhs (m × k)` (or its transpose when
@@ -392,7 +500,7 @@ pub(super) fn small_product(
     // written whole by gemm; the operands hold the `m × k` and `k × n` values their
     // strides walk (asserted).
     unsafe {
-        scaled_gemm_f32(
+        scaled_gemm(
             Product {
                 m,
                 n,
@@ -405,6 +513,7 @@ pub(super) fn small_product(
             read,
             scale,
             all_threads(),
+            Precision::F32,
         );
         dst.set_len(m * n);
     }
@@ -447,7 +556,7 @@ pub(crate) mod tests {
             let w = Var::from_tensor(&seeded((out, inputs), 2)).unwrap();
             let dy = seeded((rows, out), 3);
             let sink = GradSink::default();
-            let ours = trained_linear(x.as_tensor(), &w, &sink).unwrap();
+            let ours = trained_linear(x.as_tensor(), &w, &sink, Precision::F32).unwrap();
             let theirs = x.as_tensor().matmul(&w.as_tensor().t().unwrap()).unwrap();
             assert_eq!(
                 max_abs_diff(&ours, &theirs),
@@ -478,7 +587,7 @@ pub(crate) mod tests {
 
             // Twice through the op before one take: the sum of both passes.
             for _ in 0..2 {
-                let y = trained_linear(x.as_tensor(), &w, &sink).unwrap();
+                let y = trained_linear(x.as_tensor(), &w, &sink, Precision::F32).unwrap();
                 (y * &dy).unwrap().sum_all().unwrap().backward().unwrap();
             }
             let twice = sink.take(w.shape()).unwrap().unwrap();
@@ -488,8 +597,61 @@ pub(crate) mod tests {
         let sink = GradSink::default();
         let x = seeded((2, 3), 4);
         let w = Var::zeros((4, 3), DType::F32, &Device::Cpu).unwrap();
-        trained_linear(&x, &w, &sink).unwrap();
+        trained_linear(&x, &w, &sink, Precision::F32).unwrap();
         sink.clear();
         assert!(sink.take(w.shape()).unwrap().is_none());
+    }
+
+    /// `t` with every value rounded to bf16 (what the bf16 products multiply).
+    fn rounded(t: &Tensor) -> Tensor {
+        use tabcontam_kernels::bf16::{from_bf16, to_bf16};
+        let values: Vec<f32> = t
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(|v| from_bf16(to_bf16(v)))
+            .collect();
+        Tensor::from_vec(values, t.shape(), t.device()).unwrap()
+    }
+
+    /// In bf16 the op's three products (`x Wᵀ`, `dy W` and, in the sink, `dyᵀ x`, the one
+    /// computed transposed) are candle's f32 products of the bf16-rounded operands, to
+    /// f32 summation error; and they differ from the f32 op's by bf16 rounding, no more.
+    #[test]
+    fn bf16_products_are_the_rounded_operands_products() {
+        for (rows, inputs, out) in [(7, 5, 3), (37, 64, 96), (130, 576, 192)] {
+            let x = Var::from_tensor(&seeded((rows, inputs), 1)).unwrap();
+            let w = Var::from_tensor(&seeded((out, inputs), 2)).unwrap();
+            let dy = seeded((rows, out), 3);
+            let sink = GradSink::default();
+            let ours = trained_linear(x.as_tensor(), &w, &sink, Precision::Bf16).unwrap();
+            let (xr, wr, dyr) = (rounded(x.as_tensor()), rounded(w.as_tensor()), rounded(&dy));
+            let product = xr.matmul(&wr.t().unwrap()).unwrap();
+            let tolerance = 2e-6 * inputs.max(rows).max(out) as f32;
+            assert!(
+                max_abs_diff(&ours, &product) <= tolerance,
+                "x Wᵀ {rows}x{inputs}x{out}"
+            );
+            let grads = (ours * &dy).unwrap().sum_all().unwrap().backward().unwrap();
+            let dx = grads.get(x.as_tensor()).unwrap();
+            assert!(
+                max_abs_diff(dx, &dyr.matmul(&wr).unwrap()) <= tolerance,
+                "dy W"
+            );
+            let dw = sink.take(w.shape()).unwrap().unwrap();
+            let expected = dyr.t().unwrap().matmul(&xr).unwrap();
+            assert!(
+                max_abs_diff(&dw, &expected) <= tolerance,
+                "dyᵀ x {rows}x{inputs}x{out}"
+            );
+            let f32_product = x.as_tensor().matmul(&w.as_tensor().t().unwrap()).unwrap();
+            let gap = max_abs_diff(&product, &f32_product);
+            assert!(
+                gap > 0.0 && gap < 0.02 * (inputs as f32).sqrt(),
+                "bf16 rounding moves the product a little: {gap}"
+            );
+        }
     }
 }

@@ -23,7 +23,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use serde_json::Value;
 
 use super::TrainError;
-use super::linear::{GradSink, trained_linear};
+use super::linear::{GradSink, Precision, trained_linear};
 pub use super::llama_config::LlamaConfig;
 use super::llama_config::unpermute_rows;
 use super::lora::{Adapters, LoraSettings, LoraTarget, adapted_linear};
@@ -145,6 +145,8 @@ pub struct LlamaTrainer {
     final_norm: Var,
     layers: Vec<Layer>,
     lora: Option<Adapters>,
+    /// The arithmetic of the projections and the output head.
+    precision: Precision,
 }
 
 impl LlamaTrainer {
@@ -267,7 +269,19 @@ impl LlamaTrainer {
             layers,
             config,
             lora: None,
+            precision: Precision::F32,
         })
+    }
+
+    /// Multiplies the projections and the output head in `precision` (f32 by default).
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    /// The arithmetic of the projections and the output head.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// Freezes every weight and puts seeded LoRA adapters beside the chosen projections.
@@ -313,7 +327,7 @@ impl LlamaTrainer {
         let layer = &self.layers[i];
         let w = layer.projection(target);
         let Some(lora) = &self.lora else {
-            return trained_linear(h, w, layer.sink(target));
+            return trained_linear(h, w, layer.sink(target), self.precision);
         };
         match lora.get(i, target) {
             Some(adapter) => adapted_linear(
@@ -322,8 +336,9 @@ impl LlamaTrainer {
                 adapter.a.as_tensor(),
                 adapter.b.as_tensor(),
                 lora.settings.scale(),
+                self.precision,
             ),
-            None => ops::frozen_linear(h, w.as_tensor()),
+            None => ops::frozen_linear(h, w.as_tensor(), self.precision),
         }
     }
 
@@ -450,7 +465,7 @@ impl LlamaTrainer {
         let count = weights.iter().sum::<f32>();
         let hidden = self.hidden(&inputs)?;
         let head = self.weight(self.lm_head.as_ref().unwrap_or(&self.embed));
-        ops::head_cross_entropy(&hidden, &head, targets, weights, count)
+        ops::head_cross_entropy(&hidden, &head, targets, weights, count, self.precision)
     }
 
     /// The gradients of `loss` (a [`LlamaTrainer::loss`] of this model) for every trainable
@@ -565,13 +580,18 @@ impl LlamaTrainer {
                     adapter.a.as_tensor(),
                     adapter.b.as_tensor(),
                     lora.settings.scale(),
+                    self.precision,
                 )?,
                 None if self.lora.is_some() => {
-                    ops::swiglu_down(&gate, &up, &self.weight(&layer.down))?
+                    ops::swiglu_down(&gate, &up, &self.weight(&layer.down), self.precision)?
                 }
-                None => {
-                    ops::swiglu_down_into(&gate, &up, &layer.down, layer.sink(LoraTarget::Down))?
-                }
+                None => ops::swiglu_down_into(
+                    &gate,
+                    &up,
+                    &layer.down,
+                    layer.sink(LoraTarget::Down),
+                    self.precision,
+                )?,
             };
             let down = match &layer.gemma {
                 Some(g) => self.norm(&down, &g.post_ffn_norm)?,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::TrainError;
 use super::data::SeededRng;
-use super::linear::{forward, input_grad, slice, small_product, with_values};
+use super::linear::{Precision, forward, input_grad, slice, small_product, with_values};
 
 /// The adapters' file inside a checkpoint folder.
 pub const ADAPTER_FILE: &str = "adapter.safetensors";
@@ -288,6 +288,7 @@ impl Adapters {
 struct AdaptedLinear {
     weight: Tensor,
     scale: f32,
+    precision: Precision,
 }
 
 impl CustomOp3 for AdaptedLinear {
@@ -310,8 +311,11 @@ impl CustomOp3 for AdaptedLinear {
         let x = slice(xs, x_layout, self.name())?;
         let a = slice(a_storage, a_layout, self.name())?;
         let b = slice(b_storage, b_layout, self.name())?;
-        let mut y = with_values(&self.weight, |w| forward(x, w, rows, out, inputs))?;
-        let low = forward(x, a, rows, rank, inputs);
+        let mut y = with_values(&self.weight, |w| {
+            forward(x, w, rows, out, inputs, self.precision)
+        })?;
+        // The adapter's own products are small: f32 in either precision.
+        let low = forward(x, a, rows, rank, inputs, Precision::F32);
         small_product(
             &mut y,
             true,
@@ -338,7 +342,9 @@ impl CustomOp3 for AdaptedLinear {
         let (out, _) = b.dims2()?;
         let grad = grad.detach();
         let mut dx = with_values(&grad, |dy| {
-            with_values(&self.weight, |w| input_grad(dy, w, rows, out, inputs))
+            with_values(&self.weight, |w| {
+                input_grad(dy, w, rows, out, inputs, self.precision)
+            })
         })??;
         let (da, db) = with_values(&grad, |dy| {
             with_values(x, |x| {
@@ -379,7 +385,7 @@ impl CustomOp3 for AdaptedLinear {
                             inputs,
                             rows,
                         );
-                        let low = forward(x, a, rows, rank, inputs);
+                        let low = forward(x, a, rows, rank, inputs, Precision::F32);
                         let mut db = Vec::new();
                         small_product(
                             &mut db,
@@ -414,6 +420,7 @@ pub fn adapted_linear(
     a: &Tensor,
     b: &Tensor,
     scale: f64,
+    precision: Precision,
 ) -> candle_core::Result<Tensor> {
     x.contiguous()?.apply_op3(
         &a.contiguous()?,
@@ -421,6 +428,7 @@ pub fn adapted_linear(
         AdaptedLinear {
             weight: weight.detach(),
             scale: scale as f32,
+            precision,
         },
     )
 }
@@ -527,8 +535,15 @@ mod tests {
             let a = Var::from_tensor(&seeded((rank, inputs), 3)).unwrap();
             let b = Var::from_tensor(&seeded((out, rank), 4)).unwrap();
             let dy = seeded((rows, out), 5);
-            let ours =
-                adapted_linear(x.as_tensor(), &w, a.as_tensor(), b.as_tensor(), scale).unwrap();
+            let ours = adapted_linear(
+                x.as_tensor(),
+                &w,
+                a.as_tensor(),
+                b.as_tensor(),
+                scale,
+                Precision::F32,
+            )
+            .unwrap();
             let t = |v: &Var| v.as_tensor().t().unwrap();
             let low_rank = x
                 .as_tensor()

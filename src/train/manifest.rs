@@ -51,6 +51,9 @@ pub struct Manifest {
     /// fine-tuning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<lora::LoraRecord>,
+    /// `bf16` when the projections and head multiplied bf16 operands (absent: f32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
     /// The gradient clipping norm, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_grad_norm: Option<f64>,

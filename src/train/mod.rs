@@ -139,6 +139,8 @@ pub struct ContaminationSettings {
     pub lora: Option<lora::LoraSettings>,
     /// Clip the gradients' global L2 norm to this before each update (off: no clipping).
     pub max_grad_norm: Option<f64>,
+    /// The arithmetic of the projections and the output head.
+    pub precision: linear::Precision,
     /// How the learning rate moves over the series' steps.
     pub lr_schedule: schedule::LrSchedule,
 }
@@ -166,6 +168,7 @@ impl ContaminationSettings {
             resume_every: Duration::from_secs(300),
             lora: None,
             max_grad_norm: None,
+            precision: linear::Precision::F32,
             lr_schedule: schedule::LrSchedule::Constant,
         }
     }
@@ -196,6 +199,13 @@ impl ContaminationSettings {
             .is_some_and(|m| !(m.is_finite() && m > 0.0))
         {
             return bad("--max-grad-norm must be a positive number such as 1.0");
+        }
+        if self.precision == linear::Precision::Bf16 && !tabcontam_kernels::bf16::native() {
+            return bad(&format!(
+                "--precision bf16 needs AVX-512 BF16 (vdpbf16ps), and this CPU runs the `{}` \
+                 kernels without it: use --precision f32 (the default)",
+                tabcontam_kernels::cpu::isa().name()
+            ));
         }
         if self.batch_size == 0 || self.grad_accum == 0 || self.seq_len < 2 {
             return bad("--batch-size and --grad-accum must be at least 1, --seq-len at least 2");
@@ -270,7 +280,8 @@ pub fn build_checkpoints(
     let model = match &settings.lora {
         Some(lora) => model.with_lora(lora.clone(), settings.seed)?,
         None => model,
-    };
+    }
+    .with_precision(settings.precision);
     let tokenizer = load_tokenizer(&files)?;
     // The windows of one epoch: the same every epoch, except for `mixed`, whose second half
     // follows a fresh seeded row order each epoch.
@@ -532,6 +543,8 @@ pub fn build_checkpoints(
             seed: settings.seed,
             lora: settings.lora.as_ref().map(lora::LoraSettings::record),
             max_grad_norm: settings.max_grad_norm,
+            precision: (settings.precision != linear::Precision::F32)
+                .then(|| settings.precision.name().to_string()),
             lr_schedule: settings.lr_schedule.describe(settings.epochs),
             exposures: Some(epoch as f64 * exposures_per_epoch),
             loss: epoch_loss / epoch_targets.max(1.0),
@@ -612,6 +625,9 @@ pub fn inputs_digest(settings: &ContaminationSettings, base: &str, data: &str) -
     }
     if let Some(max) = settings.max_grad_norm {
         record["max_grad_norm"] = serde_json::json!(max);
+    }
+    if settings.precision != linear::Precision::F32 {
+        record["precision"] = serde_json::json!(settings.precision.name());
     }
     // A decaying rate makes every checkpoint depend on the series' length: its epochs are
     // inputs (a longer series of the same settings is another series, not a continuation).

@@ -17,7 +17,7 @@ use candle_core::{
 };
 use tabcontam_kernels::train as k;
 
-use super::linear::{GradSink, slice, with_values};
+use super::linear::{GradSink, Precision, slice, with_values};
 
 fn tensor(values: Vec<f32>, shape: &Shape, like: &Tensor) -> candle_core::Result<Tensor> {
     Tensor::from_vec(values, shape.clone(), like.device())
@@ -297,6 +297,7 @@ struct HeadCrossEntropy {
     targets: Vec<u32>,
     weights: Vec<f32>,
     count: f32,
+    precision: Precision,
 }
 
 impl HeadCrossEntropy {
@@ -322,7 +323,8 @@ impl HeadCrossEntropy {
                 for start in (0..n).step_by(HEAD_CHUNK) {
                     let len = HEAD_CHUNK.min(n - start);
                     let x = &hidden[start * h..(start + len) * h];
-                    let mut values = super::linear::forward(x, weight, len, vocab, h);
+                    let mut values =
+                        super::linear::forward(x, weight, len, vocab, h, self.precision);
                     let losses = k::cross_entropy_rows(
                         &mut values,
                         vocab,
@@ -344,17 +346,31 @@ impl HeadCrossEntropy {
                                     vocab,
                                     h,
                                     threads,
+                                    self.precision,
                                 )
                             },
                             |threads| {
                                 super::linear::input_grad_on(
-                                    &values, weight, len, vocab, h, threads,
+                                    &values,
+                                    weight,
+                                    len,
+                                    vocab,
+                                    h,
+                                    threads,
+                                    self.precision,
                                 )
                             },
                         );
                         d_hidden.extend(dx);
                     } else if grad_scale.is_some() {
-                        d_hidden.extend(super::linear::input_grad(&values, weight, len, vocab, h));
+                        d_hidden.extend(super::linear::input_grad(
+                            &values,
+                            weight,
+                            len,
+                            vocab,
+                            h,
+                            self.precision,
+                        ));
                     }
                 }
             })
@@ -436,11 +452,13 @@ pub fn head_cross_entropy(
     targets: Vec<u32>,
     weights: Vec<f32>,
     count: f32,
+    precision: Precision,
 ) -> candle_core::Result<Tensor> {
     let op = HeadCrossEntropy {
         targets,
         weights,
         count: count.max(1.0),
+        precision,
     };
     let (hidden, weight) = (hidden.contiguous()?, weight.contiguous()?);
     let training = hidden.track_op() || weight.track_op();
@@ -558,6 +576,7 @@ pub fn attention_probs(
 /// With a sink, the weight's gradient goes there (`linear.rs`) rather than to candle.
 struct SwiGluDown {
     sink: Option<GradSink>,
+    precision: Precision,
 }
 
 impl CustomOp3 for SwiGluDown {
@@ -581,7 +600,7 @@ impl CustomOp3 for SwiGluDown {
         let (rows, inputs) = shape.dims2()?;
         let (out, _) = l3.shape().dims2()?;
         let w = slice(s3, l3, self.name())?;
-        let down = super::linear::forward(&gated, w, rows, out, inputs);
+        let down = super::linear::forward(&gated, w, rows, out, inputs, self.precision);
         Ok((CpuStorage::F32(down), Shape::from((rows, out))))
     }
 
@@ -602,21 +621,18 @@ impl CustomOp3 for SwiGluDown {
                 let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
                 (
                     None,
-                    super::linear::sink_and_input_grads(sink, &grad, &gated, &w)?,
+                    super::linear::sink_and_input_grads(sink, &grad, &gated, &w, self.precision)?,
                 )
             }
-            (None, true) => {
-                let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
-                let dw = grad.t()?.matmul(&gated)?;
-                (
-                    Some(dw),
-                    super::linear::input_grad_tensor(&grad, &w, super::linear::all_threads())?,
-                )
+            (None, _) => {
+                let dw = match weight_grad {
+                    true => Some(grad.t()?.matmul(&gate.apply_op2_no_bwd(&up, &SwiGlu)?)?),
+                    false => None,
+                };
+                let threads = super::linear::all_threads();
+                let dx = super::linear::input_grad_tensor(&grad, &w, threads, self.precision)?;
+                (dw, dx)
             }
-            (None, false) => (
-                None,
-                super::linear::input_grad_tensor(&grad, &w, super::linear::all_threads())?,
-            ),
         };
         let (dgate, dup) = SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
         Ok((dgate, dup, dw))
@@ -624,11 +640,19 @@ impl CustomOp3 for SwiGluDown {
 }
 
 /// `(silu(gate) · up) Wᵀ` ([`SwiGluDown`]), `W`'s gradient through candle (when tracked).
-pub fn swiglu_down(gate: &Tensor, up: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+pub fn swiglu_down(
+    gate: &Tensor,
+    up: &Tensor,
+    w: &Tensor,
+    precision: Precision,
+) -> candle_core::Result<Tensor> {
     gate.contiguous()?.apply_op3(
         &up.contiguous()?,
         &w.contiguous()?,
-        SwiGluDown { sink: None },
+        SwiGluDown {
+            sink: None,
+            precision,
+        },
     )
 }
 
@@ -638,12 +662,14 @@ pub fn swiglu_down_into(
     up: &Tensor,
     w: &Var,
     sink: &GradSink,
+    precision: Precision,
 ) -> candle_core::Result<Tensor> {
     gate.contiguous()?.apply_op3(
         &up.contiguous()?,
         &w.as_tensor().detach(),
         SwiGluDown {
             sink: Some(sink.clone()),
+            precision,
         },
     )
 }
@@ -651,8 +677,12 @@ pub fn swiglu_down_into(
 /// `x Wᵀ` with `W` frozen (a LoRA base weight): the backward pass gives `x` its gradient
 /// and skips `W`'s, a third of a linear layer's training arithmetic, which candle's own
 /// matmul would compute for a weight no optimizer reads (`linear.rs`'s op without a sink).
-pub fn frozen_linear(x: &Tensor, weight: &Tensor) -> candle_core::Result<Tensor> {
-    super::linear::linear_op(x, weight, None)
+pub fn frozen_linear(
+    x: &Tensor,
+    weight: &Tensor,
+    precision: Precision,
+) -> candle_core::Result<Tensor> {
+    super::linear::linear_op(x, weight, None, precision)
 }
 
 /// The same ops composed of plain candle ops with candle's own backward (the trainer's
@@ -839,7 +869,9 @@ mod tests {
         let (t2, w2) = (targets.clone(), weights.clone());
         agree(
             &[&hidden, &weight],
-            move |t| head_cross_entropy(&t[0], &t[1], t2.clone(), w2.clone(), count),
+            move |t| {
+                head_cross_entropy(&t[0], &t[1], t2.clone(), w2.clone(), count, Precision::F32)
+            },
             |t| {
                 let logits = t[0].matmul(&t[1].t()?)?;
                 let picked = composed::log_softmax(&logits)?
@@ -885,7 +917,7 @@ mod tests {
         let (gate, up, w) = (randn(&[6, 40]), randn(&[6, 40]), randn(&[12, 40]));
         agree(
             &[&gate, &up, &w],
-            |t| swiglu_down(&t[0], &t[1], &t[2]),
+            |t| swiglu_down(&t[0], &t[1], &t[2], Precision::F32),
             |t| (composed::silu(&t[0])? * &t[1])?.matmul(&t[2].t()?),
             1e-4,
         );
@@ -898,8 +930,15 @@ mod tests {
         let (gate, up, w) = (randn(&[9, 40]), randn(&[9, 40]), randn(&[12, 40]));
         let r = Tensor::randn(0f32, 1.0, (9, 12), &Device::Cpu).unwrap();
         let sink = GradSink::default();
-        let ours = swiglu_down_into(gate.as_tensor(), up.as_tensor(), &w, &sink).unwrap();
-        let theirs = swiglu_down(gate.as_tensor(), up.as_tensor(), w.as_tensor()).unwrap();
+        let ours =
+            swiglu_down_into(gate.as_tensor(), up.as_tensor(), &w, &sink, Precision::F32).unwrap();
+        let theirs = swiglu_down(
+            gate.as_tensor(),
+            up.as_tensor(),
+            w.as_tensor(),
+            Precision::F32,
+        )
+        .unwrap();
         let diff = crate::train::linear::max_abs_diff;
         assert_eq!(diff(&ours, &theirs), 0.0);
         let ga = (ours * &r).unwrap().sum_all().unwrap().backward().unwrap();
@@ -926,7 +965,7 @@ mod tests {
         let (x, w) = (randn(&[7, 24]), randn(&[12, 24]));
         agree(
             &[&x],
-            |t| frozen_linear(&t[0], w.as_tensor()),
+            |t| frozen_linear(&t[0], w.as_tensor(), Precision::F32),
             |t| t[0].matmul(&w.as_tensor().t()?),
             1e-4,
         );
@@ -935,18 +974,27 @@ mod tests {
             let r = Tensor::randn(0f32, 1.0, out.dims(), &Device::Cpu).unwrap();
             (out * r).unwrap().sum_all().unwrap().backward().unwrap()
         };
-        let grads = weighted(frozen_linear(x.as_tensor(), &frozen).unwrap());
+        let grads = weighted(frozen_linear(x.as_tensor(), &frozen, Precision::F32).unwrap());
         assert!(grads.get(&frozen).is_none());
         let (gate, up, down) = (randn(&[7, 24]), randn(&[7, 24]), randn(&[12, 24]));
         let down = down.as_tensor().detach();
-        let grads = weighted(swiglu_down(gate.as_tensor(), up.as_tensor(), &down).unwrap());
+        let grads =
+            weighted(swiglu_down(gate.as_tensor(), up.as_tensor(), &down, Precision::F32).unwrap());
         assert!(grads.get(&down).is_none() && grads.get(gate.as_tensor()).is_some());
         let norm = randn(&[24]).as_tensor().detach();
         let grads = weighted(rms_norm(x.as_tensor(), &norm, 1e-5).unwrap());
         assert!(grads.get(&norm).is_none() && grads.get(x.as_tensor()).is_some());
         let head = randn(&[50, 24]).as_tensor().detach();
         let targets: Vec<u32> = (0..7).map(|i| i * 3).collect();
-        let loss = head_cross_entropy(x.as_tensor(), &head, targets, vec![1.0; 7], 7.0).unwrap();
+        let loss = head_cross_entropy(
+            x.as_tensor(),
+            &head,
+            targets,
+            vec![1.0; 7],
+            7.0,
+            Precision::F32,
+        )
+        .unwrap();
         let grads = loss.backward().unwrap();
         assert!(grads.get(&head).is_none() && grads.get(x.as_tensor()).is_some());
     }

@@ -4,7 +4,7 @@
 //! [`amx`]), the gated MLP's activation
 //! ([`activation`]) and attention for decoding steps read from a KV cache ([`attention`]),
 //! on the instruction set [`cpu`] selects at run time, and the loops of full fine-tuning
-//! ([`train`], [`adamw`]); [`peak`] measures each path's arithmetic peak for the
+//! ([`train`], [`adamw`]) with its bf16 products ([`bf16`]); [`peak`] measures each path's arithmetic peak for the
 //! benchmarks' rooflines.
 //!
 //! They live apart from `src/infer` (which adapts candle tensors to them) for one reason:
@@ -17,6 +17,7 @@ pub mod activation;
 pub mod adamw;
 pub mod amx;
 pub mod attention;
+pub mod bf16;
 pub mod cpu;
 pub mod int8_rows;
 pub mod peak;

@@ -41,6 +41,21 @@ pub fn multiply_adds(isa: Isa) -> f64 {
     (ITERATIONS * CHAINS) as f64
 }
 
+/// Multiply-adds of the training products' inner instructions on this thread: 512-bit
+/// f32 FMAs (16 products, the f32 gemm's on AVX-512) and 512-bit `vdpbf16ps` (32 bf16
+/// products, [`crate::bf16`]); `None` where the CPU lacks the instruction.
+pub fn training_multiply_adds() -> (Option<f64>, Option<f64>) {
+    #[cfg(target_arch = "x86_64")]
+    let peaks = (
+        // SAFETY: each loop runs only where the CPU has its instruction.
+        std::is_x86_feature_detected!("avx512f").then(|| unsafe { x86::fma512() }),
+        crate::bf16::native().then(|| unsafe { x86::bf16_512() }),
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let peaks = (None, None);
+    peaks
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -97,6 +112,39 @@ mod x86 {
             );
         }
         (steps * 4 * 16 * 16 * 64) as f64
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub fn fma512() -> f64 {
+        let a = _mm512_set1_ps(1.000_001);
+        let b = _mm512_set1_ps(1e-9);
+        let mut acc = [_mm512_setzero_ps(); CHAINS];
+        for _ in 0..ITERATIONS {
+            for chain in &mut acc {
+                *chain = _mm512_fmadd_ps(*chain, a, b);
+            }
+        }
+        std::hint::black_box(acc);
+        (ITERATIONS * CHAINS * 16) as f64
+    }
+
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub fn bf16_512() -> f64 {
+        // SAFETY: plain bit patterns reinterpreted (bf16 pairs of 1.0 and 0.5).
+        let (a, b): (__m512bh, __m512bh) = unsafe {
+            (
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(0x3f80_3f80)),
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(0x3f00_3f00)),
+            )
+        };
+        let mut acc = [_mm512_setzero_ps(); CHAINS];
+        for _ in 0..ITERATIONS {
+            for chain in &mut acc {
+                *chain = _mm512_dpbf16_ps(*chain, a, b);
+            }
+        }
+        std::hint::black_box(acc);
+        (ITERATIONS * CHAINS * 32) as f64
     }
 
     #[target_feature(enable = "avx2,fma")]

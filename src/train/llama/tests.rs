@@ -123,6 +123,69 @@ fn fused_network_matches_the_composed_one() {
     }
 }
 
+/// In bf16 the loss and every gradient stay within bf16 rounding of the f32 network's
+/// (llama and Gemma 3, full fine-tuning and LoRA), and the gradients point the same way:
+/// what autocast gives, not another network.
+#[test]
+fn bf16_products_keep_the_loss_and_gradients_of_f32() {
+    use crate::train::lora::LoraSettings;
+    let gemma = Gemma3Shape {
+        query_pre_attn_scalar: 8.0,
+        local_rope_theta: 10_000.0,
+        sliding_window: 4,
+        sliding: vec![true, false],
+    };
+    for (family, lora) in [(None, false), (Some(gemma), false), (None, true)] {
+        let (ids, weights) = tiny_batch();
+        let model = tiny(family.clone());
+        let model = match lora {
+            true => model
+                .with_lora(LoraSettings::from_options(2, Some("all"), None).unwrap(), 3)
+                .unwrap(),
+            false => model,
+        };
+        let a = model.loss(&ids, &weights).unwrap();
+        let ga = model.backward(&a).unwrap();
+        // The same weights (and adapters), multiplied in bf16.
+        let half = model.with_precision(Precision::Bf16);
+        assert_eq!(half.precision(), Precision::Bf16);
+        let b = half.loss(&ids, &weights).unwrap();
+        let gb = half.backward(&b).unwrap();
+        let (la, lb) = (a.to_scalar::<f32>().unwrap(), b.to_scalar::<f32>().unwrap());
+        assert!(la != lb, "bf16 products change the loss a little");
+        assert!(
+            (la - lb).abs() < 0.02 * la.abs(),
+            "loss f32 {la}, bf16 {lb}"
+        );
+        for (name, var) in half.trainable_vars() {
+            let (x, y) = (
+                ga.get(var.as_tensor()).unwrap().flatten_all().unwrap(),
+                gb.get(var.as_tensor()).unwrap().flatten_all().unwrap(),
+            );
+            let dot = (&x * &y)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            let norm = |t: &Tensor| {
+                t.sqr()
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap()
+                    .sqrt()
+            };
+            let cosine = dot / (norm(&x) * norm(&y)).max(1e-30);
+            assert!(
+                cosine > 0.99 || norm(&x) < 1e-6,
+                "{name} ({family:?}, lora {lora}): cosine of the gradients {cosine}"
+            );
+        }
+    }
+}
+
 /// Under LoRA (every projection adapted, B made non-zero) the loss is that of the
 /// merged weights, only the adapters get gradients, and an adapter's gradient is the
 /// loss's slope along it (central difference).
