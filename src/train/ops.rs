@@ -320,11 +320,17 @@ impl HeadCrossEntropy {
         // both were then copied out and the latter added up.
         with_values(hidden, |hidden| {
             with_values(weight, |weight| {
+                // In bf16 the weight is packed once for every chunk (`linear.rs`).
+                let packed = (self.precision == Precision::Bf16).then(|| {
+                    super::linear::PackedWeight::new(weight, vocab, h, grad_scale.is_some())
+                });
                 for start in (0..n).step_by(HEAD_CHUNK) {
                     let len = HEAD_CHUNK.min(n - start);
                     let x = &hidden[start * h..(start + len) * h];
-                    let mut values =
-                        super::linear::forward(x, weight, len, vocab, h, self.precision);
+                    let mut values = match &packed {
+                        Some(packed) => packed.forward(x, len),
+                        None => super::linear::forward(x, weight, len, vocab, h, self.precision),
+                    };
                     let losses = k::cross_entropy_rows(
                         &mut values,
                         vocab,
@@ -349,8 +355,9 @@ impl HeadCrossEntropy {
                                     self.precision,
                                 )
                             },
-                            |threads| {
-                                super::linear::input_grad_on(
+                            |threads| match &packed {
+                                Some(packed) => packed.input_grad(&values, len, threads),
+                                None => super::linear::input_grad_on(
                                     &values,
                                     weight,
                                     len,
@@ -358,19 +365,24 @@ impl HeadCrossEntropy {
                                     h,
                                     threads,
                                     self.precision,
-                                )
+                                ),
                             },
                         );
                         d_hidden.extend(dx);
                     } else if grad_scale.is_some() {
-                        d_hidden.extend(super::linear::input_grad(
-                            &values,
-                            weight,
-                            len,
-                            vocab,
-                            h,
-                            self.precision,
-                        ));
+                        d_hidden.extend(match &packed {
+                            Some(packed) => {
+                                packed.input_grad(&values, len, super::linear::all_threads())
+                            }
+                            None => super::linear::input_grad(
+                                &values,
+                                weight,
+                                len,
+                                vocab,
+                                h,
+                                self.precision,
+                            ),
+                        });
                     }
                 }
             })

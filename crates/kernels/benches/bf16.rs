@@ -44,23 +44,20 @@ fn main() {
         "bf16 products on {threads} threads, native vdpbf16ps: {}",
         bf16::native()
     );
-    // Each instruction's peak on every core at once (register-only loops, `peak.rs`).
-    let peaks: Vec<(Option<f64>, Option<f64>)> = std::thread::scope(|scope| {
-        let started = Instant::now();
-        let workers: Vec<_> = (0..threads)
-            .map(|_| scope.spawn(tabcontam_kernels::peak::training_multiply_adds))
-            .collect();
-        let done: Vec<_> = workers
-            .into_iter()
-            .map(|w| w.join().expect("peak"))
-            .collect();
-        let seconds = started.elapsed().as_secs_f64();
-        done.into_iter()
-            .map(|(a, b)| (a.map(|a| a / seconds / 1e9), b.map(|b| b / seconds / 1e9)))
-            .collect()
-    });
-    let f32_peak: Option<f64> = peaks.iter().map(|p| p.0).sum();
-    let bf16_peak: Option<f64> = peaks.iter().map(|p| p.1).sum();
+    // Each instruction's peak on every core at once (register-only loops, `peak.rs`),
+    // each loop timed alone.
+    let peak = |loop_: fn() -> Option<f64>| -> Option<f64> {
+        std::thread::scope(|scope| {
+            let started = Instant::now();
+            let workers: Vec<_> = (0..threads).map(|_| scope.spawn(loop_)).collect();
+            let done: Option<f64> = workers.into_iter().map(|w| w.join().expect("peak")).sum();
+            done.map(|d| d / started.elapsed().as_secs_f64() / 1e9)
+        })
+    };
+    // The best of three: a loop that shares its core with anything else reads low.
+    let best = |loop_: fn() -> Option<f64>| (0..3).filter_map(|_| peak(loop_)).reduce(f64::max);
+    let f32_peak = best(tabcontam_kernels::peak::f32_512_multiply_adds);
+    let bf16_peak = best(tabcontam_kernels::peak::bf16_multiply_adds);
     println!(
         "peaks on {threads} cores (G multiply-adds/s): 512-bit f32 FMA {}, vdpbf16ps {}",
         f32_peak.map_or("-".into(), |p| format!("{p:.1}")),

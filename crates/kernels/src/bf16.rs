@@ -33,6 +33,24 @@ unsafe impl Send for Operand {}
 unsafe impl Sync for Operand {}
 
 impl Operand {
+    /// The first value of row `row`.
+    ///
+    /// # Safety
+    /// The row is inside the operand.
+    unsafe fn row(&self, row: usize) -> *const f32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.ptr.offset(row as isize * self.row_stride) }
+    }
+
+    /// The first value of column `col`.
+    ///
+    /// # Safety
+    /// The column is inside the operand.
+    unsafe fn column(&self, col: usize) -> *const f32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.ptr.offset(col as isize * self.col_stride) }
+    }
+
     /// # Safety
     /// `(row, col)` is inside the operand.
     #[inline(always)]
@@ -125,6 +143,115 @@ pub unsafe fn gemm(
     b: Operand,
     threads: usize,
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        product(
+            m,
+            Destination(dst, dst_row_stride),
+            read,
+            scale,
+            a,
+            Right::Unpacked { b, k, n },
+            threads,
+        )
+    }
+}
+
+/// A `(k × n)` right operand packed once for several products (the output head's weight,
+/// multiplied by every chunk of rows of a step): the panels [`gemm`] packs per call.
+pub struct PackedB {
+    panels: Vec<u32>,
+    k: usize,
+    n: usize,
+}
+
+// SAFETY: plain owned values.
+unsafe impl Sync for PackedB {}
+
+impl PackedB {
+    /// Packs `b` `(k × n)` on `threads` cores.
+    ///
+    /// # Safety
+    /// `b` holds `k × n` values at its strides.
+    pub unsafe fn new(b: Operand, k: usize, n: usize, threads: usize) -> Self {
+        let panel = k.div_ceil(2) * NR;
+        let mut panels = vec![0u32; n.div_ceil(NR) * panel];
+        let fill = |(index, out): (usize, &mut [u32])| {
+            let first = index * NR;
+            // SAFETY: the panel's columns are inside `B` (the caller's promise).
+            unsafe { pack_b_panel(b, k, first, NR.min(n - first), out) };
+        };
+        if threads > 1 {
+            panels
+                .par_chunks_mut(panel.max(1))
+                .enumerate()
+                .for_each(fill);
+        } else {
+            panels.chunks_mut(panel.max(1)).enumerate().for_each(fill);
+        }
+        PackedB { panels, k, n }
+    }
+
+    /// `dst (m × n) = scale · A B (+ dst when read)`, as [`gemm`] with this `B`.
+    ///
+    /// # Safety
+    /// As [`gemm`], for `A` `(m × k)` of this operand's `k`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn multiply(
+        &self,
+        m: usize,
+        dst: *mut f32,
+        dst_row_stride: isize,
+        read: bool,
+        scale: f32,
+        a: Operand,
+        threads: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            product(
+                m,
+                Destination(dst, dst_row_stride),
+                read,
+                scale,
+                a,
+                Right::Packed(self),
+                threads,
+            )
+        }
+    }
+}
+
+/// The right operand of a product: packed per panel by the thread that owns it, or ahead.
+#[derive(Clone, Copy)]
+enum Right<'a> {
+    Unpacked { b: Operand, k: usize, n: usize },
+    Packed(&'a PackedB),
+}
+
+impl Right<'_> {
+    fn dims(&self) -> (usize, usize) {
+        match *self {
+            Right::Unpacked { k, n, .. } => (k, n),
+            Right::Packed(packed) => (packed.k, packed.n),
+        }
+    }
+}
+
+/// [`gemm`] with either kind of right operand.
+///
+/// # Safety
+/// As [`gemm`].
+unsafe fn product(
+    m: usize,
+    dst: Destination,
+    read: bool,
+    scale: f32,
+    a: Operand,
+    right: Right,
+    threads: usize,
+) {
+    let (k, n) = right.dims();
     if m == 0 || n == 0 {
         return;
     }
@@ -132,15 +259,21 @@ pub unsafe fn gemm(
     let groups = m.div_ceil(MR);
     let packed_a = pack_a(a, m, k, groups, pairs, threads);
     let panels = n.div_ceil(NR);
-    let dst = Destination(dst, dst_row_stride);
     let native = native();
     let run = |range: std::ops::Range<usize>| {
-        let mut packed_b = vec![0u32; pairs * NR];
+        let mut own = Vec::new();
         for panel in range {
             let first = panel * NR;
             let cols = NR.min(n - first);
-            // SAFETY: the panel's columns are inside `B` (`first + cols ≤ n`).
-            unsafe { pack_b_panel(b, k, first, cols, &mut packed_b) };
+            let packed_b: &[u32] = match right {
+                Right::Unpacked { b, .. } => {
+                    own.resize(pairs * NR, 0);
+                    // SAFETY: the panel's columns are inside `B` (`first + cols ≤ n`).
+                    unsafe { pack_b_panel(b, k, first, cols, &mut own) };
+                    &own
+                }
+                Right::Packed(packed) => &packed.panels[panel * pairs * NR..][..pairs * NR],
+            };
             let mut start = 0;
             while start < pairs {
                 let block = KC.min(pairs - start);
@@ -153,7 +286,7 @@ pub unsafe fn gemm(
                         cols,
                         // SAFETY: the tile's top-left corner is inside `dst`.
                         dst: unsafe { dst.at(row, first) },
-                        dst_row_stride,
+                        dst_row_stride: dst.1,
                         add: read || start > 0,
                         scale,
                     };
@@ -180,29 +313,43 @@ pub unsafe fn gemm(
 /// and the `k` past an odd end are zeros), packed on `threads` cores.
 fn pack_a(a: Operand, m: usize, k: usize, groups: usize, pairs: usize, threads: usize) -> Vec<u32> {
     let mut packed = vec![0u32; groups * pairs * MR];
-    // Read along whichever direction is dense: a row's `k` (a row-major `A`) or a group's
-    // rows (a transposed one, such as `dyᵀ`).
-    let k_dense = a.col_stride.unsigned_abs() <= a.row_stride.unsigned_abs();
     let fill = |(group, out): (usize, &mut [u32])| {
         let rows = MR.min(m - group * MR);
-        let value = |r: usize, l: usize| -> f32 {
-            // SAFETY: `r < rows` keeps the row below `m`; `l < k`.
-            if l < k {
-                unsafe { a.at(group * MR + r, l) }
-            } else {
-                0.0
-            }
-        };
-        if k_dense {
-            for r in 0..rows {
-                for p in 0..pairs {
-                    out[p * MR + r] = pair(value(r, 2 * p), value(r, 2 * p + 1));
-                }
-            }
-        } else {
-            for p in 0..pairs {
+        let first = group * MR;
+        let mut converted = Vec::new();
+        // SAFETY: rows `first..first + rows` are below `m`, and `k` is `A`'s width.
+        unsafe {
+            if a.col_stride == 1 {
+                // A row-major `A` (`x`, `dy`): each row's `k` converted as a run, then
+                // dealt out to its pairs' slots.
+                converted.resize(pairs, 0);
                 for r in 0..rows {
-                    out[p * MR + r] = pair(value(r, 2 * p), value(r, 2 * p + 1));
+                    let row = std::slice::from_raw_parts(a.row(first + r), k);
+                    pairs_of_run(row, &mut converted);
+                    for (p, &value) in converted.iter().enumerate() {
+                        out[p * MR + r] = value;
+                    }
+                }
+            } else if a.row_stride == 1 {
+                // A transposed `A` (`dyᵀ`): a group's rows lie side by side at each `k`.
+                for p in 0..pairs {
+                    let column =
+                        |l: usize| std::slice::from_raw_parts(a.column(l).add(first), rows);
+                    let second = (2 * p + 1 < k).then(|| column(2 * p + 1));
+                    interleave(column(2 * p), second, &mut out[p * MR..p * MR + rows]);
+                }
+            } else {
+                for r in 0..rows {
+                    for p in 0..pairs {
+                        out[p * MR + r] = pair(
+                            a.at(first + r, 2 * p),
+                            if 2 * p + 1 < k {
+                                a.at(first + r, 2 * p + 1)
+                            } else {
+                                0.0
+                            },
+                        );
+                    }
                 }
             }
         }
@@ -222,31 +369,154 @@ fn pack_a(a: Operand, m: usize, k: usize, groups: usize, pairs: usize, threads: 
 /// The columns are inside `B`, which has `k` rows.
 unsafe fn pack_b_panel(b: Operand, k: usize, first: usize, cols: usize, out: &mut [u32]) {
     let pairs = k.div_ceil(2);
-    let value = |l: usize, c: usize| -> f32 {
-        // SAFETY: inside `B` (the caller's columns, `k` rows).
-        if l < k {
-            unsafe { b.at(l, first + c) }
-        } else {
-            0.0
-        }
-    };
     if cols < NR {
         out.fill(0);
     }
-    // Read along whichever direction is dense: a row's columns (a row-major `B`) or a
-    // column's `k` (a transposed one, such as `Wᵀ`).
-    if b.col_stride.unsigned_abs() <= b.row_stride.unsigned_abs() {
-        for p in 0..pairs {
-            for c in 0..cols {
-                out[p * NR + c] = pair(value(2 * p, c), value(2 * p + 1, c));
-            }
-        }
-    } else {
-        for c in 0..cols {
+    // SAFETY: columns `first..first + cols` and rows below `k` are inside `B`.
+    unsafe {
+        if b.col_stride == 1 {
+            // A row-major `B` (`W`, `x`): two rows' columns interleaved at a time.
             for p in 0..pairs {
-                out[p * NR + c] = pair(value(2 * p, c), value(2 * p + 1, c));
+                let row = |l: usize| std::slice::from_raw_parts(b.row(l).add(first), cols);
+                let second = (2 * p + 1 < k).then(|| row(2 * p + 1));
+                interleave(row(2 * p), second, &mut out[p * NR..p * NR + cols]);
+            }
+        } else if b.row_stride == 1 {
+            // A transposed `B` (`Wᵀ`): each column's `k` converted as a run, then dealt out.
+            let mut converted = vec![0u32; pairs];
+            for c in 0..cols {
+                let column = std::slice::from_raw_parts(b.column(first + c), k);
+                pairs_of_run(column, &mut converted);
+                for (p, &value) in converted.iter().enumerate() {
+                    out[p * NR + c] = value;
+                }
+            }
+        } else {
+            for p in 0..pairs {
+                for c in 0..cols {
+                    out[p * NR + c] = pair(
+                        b.at(2 * p, first + c),
+                        if 2 * p + 1 < k {
+                            b.at(2 * p + 1, first + c)
+                        } else {
+                            0.0
+                        },
+                    );
+                }
             }
         }
+    }
+}
+
+/// `run` (consecutive values along `k`) as its packed pairs, the last one completed with a
+/// zero when the run is odd.
+fn pairs_of_run(run: &[f32], out: &mut [u32]) {
+    assert_eq!(out.len(), run.len().div_ceil(2));
+    let whole = run.len() / 2;
+    #[cfg(target_arch = "x86_64")]
+    if native() {
+        // SAFETY: the CPU has AVX-512 BF16 ([`native`]).
+        unsafe { x86::pairs_of_run(&run[..2 * whole], &mut out[..whole]) };
+    } else {
+        portable_pairs_of_run(&run[..2 * whole], &mut out[..whole]);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    portable_pairs_of_run(&run[..2 * whole], &mut out[..whole]);
+    if run.len() % 2 == 1 {
+        out[whole] = pair(run[run.len() - 1], 0.0);
+    }
+}
+
+fn portable_pairs_of_run(run: &[f32], out: &mut [u32]) {
+    for (out, two) in out.iter_mut().zip(run.chunks_exact(2)) {
+        *out = pair(two[0], two[1]);
+    }
+}
+
+/// The pairs `(first[i], second[i])` (zeros for a missing `second`: an odd `k`'s end).
+fn interleave(first: &[f32], second: Option<&[f32]>, out: &mut [u32]) {
+    assert!(first.len() == out.len() && second.is_none_or(|s| s.len() == first.len()));
+    #[cfg(target_arch = "x86_64")]
+    if native() {
+        // SAFETY: the CPU has AVX-512 BF16 ([`native`]).
+        return unsafe { x86::interleave(first, second, out) };
+    }
+    portable_interleave(first, second, out);
+}
+
+fn portable_interleave(first: &[f32], second: Option<&[f32]>, out: &mut [u32]) {
+    for (i, out) in out.iter_mut().enumerate() {
+        *out = pair(first[i], second.map_or(0.0, |s| s[i]));
+    }
+}
+
+/// The conversions on AVX-512 BF16: `vcvtne2ps2bf16` and `vcvtneps2bf16` round to nearest
+/// even as [`to_bf16`] does (they flush denormal inputs to zero, which training's values
+/// never are in any way that shows).
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+    pub(super) fn pairs_of_run(run: &[f32], out: &mut [u32]) {
+        let mut chunks = run.chunks_exact(32);
+        let mut outs = out.chunks_exact_mut(16);
+        for (run, out) in (&mut chunks).zip(&mut outs) {
+            // SAFETY: 32 values read, 16 pairs written, inside the chunks.
+            unsafe {
+                let low = _mm512_loadu_ps(run.as_ptr());
+                let high = _mm512_loadu_ps(run.as_ptr().add(16));
+                // Lanes 0–15 from the second argument: the run in order, two per pair.
+                let pairs = _mm512_cvtne2ps_pbh(high, low);
+                _mm512_storeu_si512(
+                    out.as_mut_ptr().cast(),
+                    std::mem::transmute::<__m512bh, __m512i>(pairs),
+                );
+            }
+        }
+        super::portable_pairs_of_run(chunks.remainder(), outs.into_remainder());
+    }
+
+    #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+    pub(super) fn interleave(first: &[f32], second: Option<&[f32]>, out: &mut [u32]) {
+        let whole = first.len() / 16 * 16;
+        let mut i = 0;
+        while i < whole {
+            // SAFETY: `i + 16 ≤ len` for every slice.
+            unsafe {
+                let a = _mm512_cvtneps_pbh(_mm512_loadu_ps(first.as_ptr().add(i)));
+                let a = _mm512_cvtepu16_epi32(std::mem::transmute::<__m256bh, __m256i>(a));
+                let pairs = match second {
+                    Some(second) => {
+                        let b = _mm512_cvtneps_pbh(_mm512_loadu_ps(second.as_ptr().add(i)));
+                        let b = _mm512_cvtepu16_epi32(std::mem::transmute::<__m256bh, __m256i>(b));
+                        _mm512_or_si512(a, _mm512_slli_epi32::<16>(b))
+                    }
+                    None => a,
+                };
+                _mm512_storeu_si512(out.as_mut_ptr().add(i).cast(), pairs);
+            }
+            i += 16;
+        }
+        // A group of `A`'s rows is 8 wide: half a vector.
+        if first.len() - i >= 8 {
+            // SAFETY: `i + 8 ≤ len` for every slice.
+            unsafe {
+                let a = _mm256_cvtneps_pbh(_mm256_loadu_ps(first.as_ptr().add(i)));
+                let a = _mm256_cvtepu16_epi32(std::mem::transmute::<__m128bh, __m128i>(a));
+                let pairs = match second {
+                    Some(second) => {
+                        let b = _mm256_cvtneps_pbh(_mm256_loadu_ps(second.as_ptr().add(i)));
+                        let b = _mm256_cvtepu16_epi32(std::mem::transmute::<__m128bh, __m128i>(b));
+                        _mm256_or_si256(a, _mm256_slli_epi32::<16>(b))
+                    }
+                    None => a,
+                };
+                _mm256_storeu_si256(out.as_mut_ptr().add(i).cast(), pairs);
+            }
+            i += 8;
+        }
+        super::portable_interleave(&first[i..], second.map(|s| &s[i..]), &mut out[i..]);
     }
 }
 
@@ -409,7 +679,7 @@ mod tests {
     }
 
     /// Every orientation, partial tiles in every direction, odd `k`, several `k` blocks,
-    /// `read` and `scale`, on one and two threads: within f32 summation error of the
+    /// `read` and `scale`, on one and two threads, `B` packed per call or ahead: within f32 summation error of the
     /// rounded operands' exact product, on the path this CPU takes and the portable one.
     #[test]
     fn products_match_the_rounded_operands_exact_product() {
@@ -431,25 +701,28 @@ mod tests {
                         col_stride: if transposed { rows as isize } else { 1 },
                     };
                 let expected = reference(&a, &b, m, n, k, a_t, b_t);
-                for threads in [1, 2] {
+                for (threads, packed) in [(1, false), (2, false), (1, true), (2, true)] {
                     for read in [false, true] {
                         let start = seeded(m * (n + 3), 9);
                         let mut dst = start.clone();
                         // SAFETY: `dst` is `m × (n + 3)` (a row stride wider than `n`), the
                         // operands hold their values at the strides given.
                         unsafe {
-                            gemm(
-                                m,
-                                n,
-                                k,
-                                dst.as_mut_ptr(),
-                                (n + 3) as isize,
-                                read,
-                                0.5,
-                                operand(&a, m, k, a_t),
-                                operand(&b, k, n, b_t),
-                                threads,
-                            )
+                            let (a, b) = (operand(&a, m, k, a_t), operand(&b, k, n, b_t));
+                            let stride = (n + 3) as isize;
+                            if packed {
+                                PackedB::new(b, k, n, threads).multiply(
+                                    m,
+                                    dst.as_mut_ptr(),
+                                    stride,
+                                    read,
+                                    0.5,
+                                    a,
+                                    threads,
+                                )
+                            } else {
+                                gemm(m, n, k, dst.as_mut_ptr(), stride, read, 0.5, a, b, threads)
+                            }
                         };
                         for i in 0..m {
                             for j in 0..n + 3 {
@@ -464,7 +737,7 @@ mod tests {
                                 let tolerance = 1e-6 * (k as f64) + 1e-6;
                                 assert!(
                                     (got - want).abs() <= tolerance,
-                                    "{m}x{n}x{k} a_t={a_t} b_t={b_t} threads={threads} read={read} \
+                                    "{m}x{n}x{k} a_t={a_t} b_t={b_t} threads={threads} packed={packed} read={read} \
                                      ({i},{j}): {got} vs {want}"
                                 );
                             }

@@ -41,19 +41,26 @@ pub fn multiply_adds(isa: Isa) -> f64 {
     (ITERATIONS * CHAINS) as f64
 }
 
-/// Multiply-adds of the training products' inner instructions on this thread: 512-bit
-/// f32 FMAs (16 products, the f32 gemm's on AVX-512) and 512-bit `vdpbf16ps` (32 bf16
-/// products, [`crate::bf16`]); `None` where the CPU lacks the instruction.
-pub fn training_multiply_adds() -> (Option<f64>, Option<f64>) {
+/// Multiply-adds of 512-bit f32 FMAs (16 products each: the f32 gemm's instruction on
+/// AVX-512) on this thread, where the CPU has AVX-512F.
+pub fn f32_512_multiply_adds() -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
-    let peaks = (
-        // SAFETY: each loop runs only where the CPU has its instruction.
-        std::is_x86_feature_detected!("avx512f").then(|| unsafe { x86::fma512() }),
-        crate::bf16::native().then(|| unsafe { x86::bf16_512() }),
-    );
+    // SAFETY: the loop runs only where the CPU has its instruction.
+    let done = std::is_x86_feature_detected!("avx512f").then(|| unsafe { x86::fma512() });
     #[cfg(not(target_arch = "x86_64"))]
-    let peaks = (None, None);
-    peaks
+    let done = None;
+    done
+}
+
+/// Multiply-adds of 512-bit `vdpbf16ps` (32 bf16 products each, [`crate::bf16`]) on this
+/// thread, where the CPU has AVX-512 BF16.
+pub fn bf16_multiply_adds() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the loop runs only where the CPU has its instruction.
+    let done = crate::bf16::native().then(|| unsafe { x86::bf16_512() });
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = None;
+    done
 }
 
 #[cfg(target_arch = "x86_64")]
