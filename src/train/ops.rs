@@ -324,6 +324,19 @@ impl HeadCrossEntropy {
                 let packed = (self.precision == Precision::Bf16).then(|| {
                     super::linear::PackedWeight::new(weight, vocab, h, grad_scale.is_some())
                 });
+                // `d hidden` of a chunk's logit gradients, on `threads` cores.
+                let input_grad = |values: &[f32], len: usize, threads: usize| match &packed {
+                    Some(packed) => packed.input_grad(values, len, threads),
+                    None => super::linear::input_grad_on(
+                        values,
+                        weight,
+                        len,
+                        vocab,
+                        h,
+                        threads,
+                        self.precision,
+                    ),
+                };
                 for start in (0..n).step_by(HEAD_CHUNK) {
                     let len = HEAD_CHUNK.min(n - start);
                     let x = &hidden[start * h..(start + len) * h];
@@ -355,34 +368,11 @@ impl HeadCrossEntropy {
                                     self.precision,
                                 )
                             },
-                            |threads| match &packed {
-                                Some(packed) => packed.input_grad(&values, len, threads),
-                                None => super::linear::input_grad_on(
-                                    &values,
-                                    weight,
-                                    len,
-                                    vocab,
-                                    h,
-                                    threads,
-                                    self.precision,
-                                ),
-                            },
+                            |threads| input_grad(&values, len, threads),
                         );
                         d_hidden.extend(dx);
                     } else if grad_scale.is_some() {
-                        d_hidden.extend(match &packed {
-                            Some(packed) => {
-                                packed.input_grad(&values, len, super::linear::all_threads())
-                            }
-                            None => super::linear::input_grad(
-                                &values,
-                                weight,
-                                len,
-                                vocab,
-                                h,
-                                self.precision,
-                            ),
-                        });
+                        d_hidden.extend(input_grad(&values, len, super::linear::all_threads()));
                     }
                 }
             })

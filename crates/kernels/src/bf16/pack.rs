@@ -17,10 +17,10 @@ pub(super) fn pack_a(
     threads: usize,
 ) -> Vec<u32> {
     let mut packed = vec![0u32; groups * pairs * MR];
-    let fill = |(group, out): (usize, &mut [u32])| {
+    // `converted`: one row's pairs, a buffer per task rather than per group.
+    let fill = |converted: &mut Vec<u32>, (group, out): (usize, &mut [u32])| {
         let rows = MR.min(m - group * MR);
         let first = group * MR;
-        let mut converted = Vec::new();
         // SAFETY: rows `first..first + rows` are below `m`, and `k` is `A`'s width.
         unsafe {
             if a.col_stride == 1 {
@@ -29,7 +29,7 @@ pub(super) fn pack_a(
                 converted.resize(pairs, 0);
                 for r in 0..rows {
                     let row = std::slice::from_raw_parts(a.row(first + r), k);
-                    pairs_of_run(row, &mut converted);
+                    pairs_of_run(row, converted);
                     for (p, &value) in converted.iter().enumerate() {
                         out[p * MR + r] = value;
                     }
@@ -59,9 +59,15 @@ pub(super) fn pack_a(
         }
     };
     if threads > 1 && groups > 1 {
-        packed.par_chunks_mut(pairs * MR).enumerate().for_each(fill);
+        packed
+            .par_chunks_mut(pairs * MR)
+            .enumerate()
+            .for_each_init(Vec::new, fill);
     } else {
-        packed.chunks_mut(pairs * MR).enumerate().for_each(fill);
+        let mut converted = Vec::new();
+        for chunk in packed.chunks_mut(pairs * MR).enumerate() {
+            fill(&mut converted, chunk);
+        }
     }
     packed
 }
