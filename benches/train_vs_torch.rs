@@ -63,7 +63,9 @@ fn peak_rss() -> u64 {
 
 /// Our side, in the child process: trains on the windows and prints one JSON line.
 fn ours(model_dir: &Path, windows_path: &Path) {
-    // As `contaminate` runs (train::build_checkpoints): the steps keep their heap.
+    // As `contaminate` runs (main.rs, train::build_checkpoints): one arena, the steps
+    // keep their heap (and candle's elementwise ops on this thread: the parent's env).
+    tabcontam::train::heap::one_arena();
     tabcontam::train::heap::keep_freed_memory();
     let batches: Vec<Vec<Vec<u32>>> =
         serde_json::from_str(&std::fs::read_to_string(windows_path).unwrap()).unwrap();
@@ -179,7 +181,8 @@ fn race(name: &str, shape: &LlamaShape, python: &str) {
             .env("TABCONTAM_BENCH_WINDOWS", &windows_path)
             // Both sides on the same number of threads (candle's CPU kernels and ours read
             // this).
-            .env("RAYON_NUM_THREADS", threads.to_string()),
+            .env("RAYON_NUM_THREADS", threads.to_string())
+            .env("CANDLE_NUM_THREADS", "1"),
     );
     // `TABCONTAM_BENCH_ONLY=ours`: our side alone (for a profiler), its JSON line printed.
     if std::env::var("TABCONTAM_BENCH_ONLY").as_deref() == Ok("ours") {

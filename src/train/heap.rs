@@ -15,9 +15,27 @@
 //! 3.7 s kept. A checkpoint's write (merged weights serialized tensor by tensor) runs on
 //! glibc's defaults instead ([`outside_the_kept_heap`]): kept, its copies piled up in the
 //! heap beside the steps' buffers and LoRA's peak RSS rose from 1.36 to 1.68 GB at batch
-//! 1 × 256. candle's elementwise worker keeps its default (25,000 spins before it parks): on the quiet machine an
-//! epoch took 80.8 s with it, 86.8 s parked after 100 spins and 86.7 s on one thread; under
-//! load the spinning costs more than it saves (`CANDLE_BARRIER_POOL_SPIN_LIMIT` sets it).
+//! 1 × 256. Training runs with one arena ([`one_arena`]) and candle's elementwise ops on the calling
+//! thread (`main.rs`): on an Intel Xeon an epoch once took 80.8 s with candle's spinning
+//! pool against 86.7 s on one thread, but on a 2-core Zen 4, after the products split
+//! their packing over the cores, 58.9 s against 50.0 s.
+
+/// Makes every thread allocate from the main heap (glibc's `M_ARENA_MAX` = 1), before the
+/// process starts any thread. Training runs only (`main` calls it for them).
+///
+/// Why: a thread that finds the heap's lock taken moves to an arena of its own, whose
+/// heaps are mmapped 64 MB at a time: blocks larger than that are mmapped alone and
+/// unmapped when freed, and the other arenas are not the heap [`keep_freed_memory`] tunes.
+/// `contaminate` at batch 4 × 256 faulted 6.1 M pages in 10 steps (28 s of system time,
+/// 100 s); with one arena 1.3 M (11 s, 82 s), the same checkpoint. The big allocations
+/// are few per op, so one lock costs nothing measurable.
+pub fn one_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only changes the allocator's parameters.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
 
 /// Keeps freed memory in the process heap for the rest of the run: no block served by
 /// `mmap`, no trimming of the heap's top, and the heap grown 256 MB at a time. glibc only

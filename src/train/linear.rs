@@ -16,6 +16,10 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, Tensor, Var, bail};
 
+mod products;
+
+use products::{Product, gemm_f32, scaled_gemm};
+
 /// The arithmetic of the trainer's large products (projections, output head): f32
 /// throughout, or bf16 operands with f32 sums (`--precision bf16`, PyTorch's bf16
 /// autocast on CPU: weights and activations rounded to bf16 for each product, master
@@ -114,21 +118,13 @@ pub(super) fn add_weight_grad(
     }
 }
 
-/// `dst (m × n) = lhs (m × k) · rhs (k × n)`, each operand as (pointer or strides) with
-/// `(row stride, column stride)` in elements.
-struct Product {
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: (isize, isize),
-    lhs: (*const f32, isize, isize),
-    rhs: (*const f32, isize, isize),
-}
-
 /// The cores candle trains on (`candle_core::utils::get_num_threads`): what one product
-/// runs on when it runs alone.
+/// runs on when it runs alone. Read once: unless `RAYON_NUM_THREADS` is set, candle counts
+/// physical cores by parsing `/proc/cpuinfo` on every call (perf: 3-5 % of a training
+/// step's main thread, in the kernel's formatting of that file).
 pub(super) fn all_threads() -> usize {
-    candle_core::utils::get_num_threads().max(1)
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| candle_core::utils::get_num_threads().max(1))
 }
 
 /// Allocates an `(out, in)` gradient in `slot` on the calling thread when it has none, for
@@ -159,88 +155,6 @@ pub(super) fn weight_and_input_grads<A: Send, B: Send>(
     }
     let half = threads / 2;
     rayon::join(|| weight_grad(half), || input_grad(threads - half))
-}
-
-/// gemm on `threads` cores, as candle's own matmul calls it; `read` adds to what `dst`
-/// holds instead of overwriting it.
-///
-/// # Safety
-/// `dst` must have room for the product at its strides, and hold initialised values when
-/// `read`; the operands must be valid at theirs.
-unsafe fn gemm_f32(p: Product, dst: *mut f32, read: bool, threads: usize, precision: Precision) {
-    // SAFETY: forwarded from the caller.
-    unsafe { scaled_gemm(p, dst, read, 1.0, threads, precision) }
-}
-
-/// [`gemm_f32`] with the product multiplied by `scale` before it is written or added.
-///
-/// # Safety
-/// As [`gemm_f32`].
-unsafe fn scaled_gemm(
-    p: Product,
-    dst: *mut f32,
-    read: bool,
-    scale: f32,
-    threads: usize,
-    precision: Precision,
-) {
-    if precision == Precision::Bf16 {
-        // SAFETY: forwarded from the caller.
-        return unsafe { bf16_gemm(p, dst, read, scale, threads) };
-    }
-    let parallelism = match threads {
-        0 | 1 => gemm::Parallelism::None,
-        n => gemm::Parallelism::Rayon(n),
-    };
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        gemm::gemm(
-            p.m,
-            p.n,
-            p.k,
-            dst,
-            p.dst.1,
-            p.dst.0,
-            read,
-            p.lhs.0,
-            p.lhs.2,
-            p.lhs.1,
-            p.rhs.0,
-            p.rhs.2,
-            p.rhs.1,
-            1.0,
-            scale,
-            false,
-            false,
-            false,
-            parallelism,
-        )
-    }
-}
-
-/// [`scaled_gemm`] on bf16 operands: the kernel writes rows with dense columns, so a
-/// destination stored column by column (a weight gradient's `xᵀ dy`) is computed as the
-/// transposed product `(B A)ᵀ`, the same numbers.
-///
-/// # Safety
-/// As [`gemm_f32`]; the destination is dense along its rows or its columns.
-unsafe fn bf16_gemm(p: Product, dst: *mut f32, read: bool, scale: f32, threads: usize) {
-    use tabcontam_kernels::bf16::{Operand, gemm};
-    let operand = |(ptr, row_stride, col_stride): (*const f32, isize, isize)| Operand {
-        ptr,
-        row_stride,
-        col_stride,
-    };
-    let swapped = |(ptr, row_stride, col_stride)| operand((ptr, col_stride, row_stride));
-    let (m, n, a, b, row_stride) = if p.dst.1 == 1 {
-        (p.m, p.n, operand(p.lhs), operand(p.rhs), p.dst.0)
-    } else {
-        assert_eq!(p.dst.0, 1, "a destination dense along rows or columns");
-        (p.n, p.m, swapped(p.rhs), swapped(p.lhs), p.dst.1)
-    };
-    // SAFETY: forwarded from the caller (the transposed destination covers the same
-    // values).
-    unsafe { gemm(m, n, p.k, dst, row_stride, read, scale, a, b, threads) }
 }
 
 /// A fresh row-major `(m, n)` product of `p`, on `threads` cores.

@@ -126,3 +126,75 @@ fn bf16_products_are_the_rounded_operands_products() {
         );
     }
 }
+
+/// A product split over threads (`products::split_gemm`) writes the values of one single-threaded
+/// gemm, bit for bit: row-major and column-major destinations (the split runs along `n`
+/// and along `m`), slices that end mid-tile, a scaled product added to what the
+/// destination holds, and a destination too short to split (gemm's own threads).
+#[test]
+fn split_products_are_one_gemms_values() {
+    for (m, n, k, dst_row_major) in [
+        (130, 300, 576, true),
+        (300, 130, 200, false),
+        (64, 129, 33, true),
+        (129, 64, 33, false),
+        (40, 100, 17, true),
+    ] {
+        let lhs = seeded((m, k), 11)
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let rhs = seeded((k, n), 12)
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let held = seeded((m, n), 13)
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let dst_strides = if dst_row_major {
+            (n as isize, 1)
+        } else {
+            (1, m as isize)
+        };
+        let product = Product {
+            m,
+            n,
+            k,
+            dst: dst_strides,
+            lhs: (lhs.as_ptr(), k as isize, 1),
+            rhs: (rhs.as_ptr(), n as isize, 1),
+        };
+        for (read, scale) in [(false, 1.0), (true, 0.37)] {
+            let mut one = held.clone();
+            // SAFETY: `one` holds `m · n` initialised values at the destination's strides,
+            // and the operands are the vectors their strides walk.
+            unsafe { scaled_gemm(product, one.as_mut_ptr(), read, scale, 1, Precision::F32) };
+            for threads in [2, 3] {
+                let mut split = held.clone();
+                // SAFETY: as above.
+                unsafe {
+                    scaled_gemm(
+                        product,
+                        split.as_mut_ptr(),
+                        read,
+                        scale,
+                        threads,
+                        Precision::F32,
+                    )
+                };
+                let same = one
+                    .iter()
+                    .zip(&split)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{m}x{n}x{k} row-major {dst_row_major} read {read} on {threads} threads"
+                );
+            }
+        }
+    }
+}
