@@ -568,9 +568,9 @@ impl LlamaTrainer {
                 .as_ref()
                 .and_then(|l| Some((l, l.get(i, LoraTarget::Down)?)))
             {
-                // Gemma's gate is the tanh GELU (candle's `gelu`), outside the fused op.
+                // Gemma's gate is the tanh GELU, outside the fused down projection.
                 _ if layer.gemma.is_some() => {
-                    let gated = (gate.gelu()? * up)?;
+                    let gated = ops::geglu(&gate, &up)?;
                     self.project(&gated, i, LoraTarget::Down)?
                 }
                 // An adapted down projection needs the product itself as its input.

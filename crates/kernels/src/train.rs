@@ -175,6 +175,60 @@ pub fn swiglu_backward(gate: &[f32], up: &[f32], grad: &[f32], dgate: &mut [f32]
         });
 }
 
+/// `gelu(gate) · up` with the tanh GELU `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))` (Gemma's
+/// MLP; candle's `gelu`, the same expression).
+pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert!(
+        gate.len() == up.len() && gate.len() == out.len(),
+        "geglu: bad lengths"
+    );
+    out.par_chunks_mut(MIN_TASK * 4)
+        .zip(gate.par_chunks(MIN_TASK * 4))
+        .zip(up.par_chunks(MIN_TASK * 4))
+        .for_each(|((out, gate), up)| {
+            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                *o = gelu_tanh(g) * u;
+            }
+        });
+}
+
+const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
+
+fn gelu_tanh(x: f32) -> f32 {
+    0.5 * x * (1.0 + f32::tanh(SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x)))
+}
+
+/// The tanh GELU's derivative, in candle's backward pass's form:
+/// `0.5 t + (0.0535161 x³ + 0.398942 x)(1 − t²) + 0.5`, `t = tanh(0.0356774 x³ + 0.797885 x)`.
+fn gelu_tanh_grad(x: f32) -> f32 {
+    let cube = x * x * x;
+    let t = f32::tanh(0.035_677_4 * cube + 0.797_885 * x);
+    0.5 * t + (0.053_516_1 * cube + 0.398_942 * x) * (1.0 - t * t) + 0.5
+}
+
+/// The gradients of [`geglu`]: `dup = grad · gelu(gate)`, `dgate = grad · up · gelu'(gate)`.
+pub fn geglu_backward(gate: &[f32], up: &[f32], grad: &[f32], dgate: &mut [f32], dup: &mut [f32]) {
+    let n = gate.len();
+    assert!(
+        up.len() == n && grad.len() == n && dgate.len() == n && dup.len() == n,
+        "geglu_backward: bad lengths"
+    );
+    let c = MIN_TASK * 4;
+    dgate
+        .par_chunks_mut(c)
+        .zip(dup.par_chunks_mut(c))
+        .zip(gate.par_chunks(c))
+        .zip(up.par_chunks(c))
+        .zip(grad.par_chunks(c))
+        .for_each(|((((dgate, dup), gate), up), grad)| {
+            for i in 0..gate.len() {
+                let g = gate[i];
+                dup[i] = grad[i] * gelu_tanh(g);
+                dgate[i] = grad[i] * up[i] * gelu_tanh_grad(g);
+            }
+        });
+}
+
 /// The rotary embedding, halves layout, of `x` shaped `(…, seq, heads, dim)`: the vector of
 /// a head at position `p` has its pairs `(i, i + dim/2)` rotated by the angle whose `cos`
 /// and `sin` are `cos[p·dim/2 + i]`, `sin[…]` (tables `(seq, dim/2)`). `inverse` rotates
