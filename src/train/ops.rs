@@ -126,111 +126,79 @@ pub fn sliding_attention_probs(
     probs.reshape((batch, kv_heads, group * seq, seq))
 }
 
+/// A gated MLP's product `act(gate) · up`, forward and backward one parallel pass each:
+/// SwiGLU (`silu`, llama) or GeGLU (the tanh GELU, Gemma 3). Composed, candle ran Gemma's
+/// GELU and its backward pass's nine elementwise ops (powers, tanh, products) on one core,
+/// each a fresh `tokens × intermediate` tensor: a sixth of a Gemma 3 step in perf.
+#[derive(Clone, Copy)]
+enum Gated {
+    SwiGlu,
+    GeGlu,
+}
+
+impl CustomOp2 for Gated {
+    fn name(&self) -> &'static str {
+        match self {
+            Gated::SwiGlu => "train-swiglu",
+            Gated::GeGlu => "train-geglu",
+        }
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        if l1.shape() != l2.shape() {
+            bail!("{}: gate {:?}, up {:?}", self.name(), l1.dims(), l2.dims())
+        }
+        let gate = slice(s1, l1, self.name())?;
+        let up = slice(s2, l2, self.name())?;
+        let mut out = vec![0f32; gate.len()];
+        match self {
+            Gated::SwiGlu => k::swiglu(gate, up, &mut out),
+            Gated::GeGlu => k::geglu(gate, up, &mut out),
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let n = gate.elem_count();
+        let (mut dgate, mut dup) = (vec![0f32; n], vec![0f32; n]);
+        let backward = match self {
+            Gated::SwiGlu => k::swiglu_backward,
+            Gated::GeGlu => k::geglu_backward,
+        };
+        with_values(gate, |gate| {
+            with_values(up, |up| {
+                with_values(grad, |g| backward(gate, up, g, &mut dgate, &mut dup))
+            })
+        })???;
+        Ok((
+            Some(tensor(dgate, gate.shape(), gate)?),
+            Some(tensor(dup, up.shape(), up)?),
+        ))
+    }
+}
+
 /// `silu(gate) · up`.
-struct SwiGlu;
-
-impl CustomOp2 for SwiGlu {
-    fn name(&self) -> &'static str {
-        "train-swiglu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        if l1.shape() != l2.shape() {
-            bail!("swiglu: gate {:?}, up {:?}", l1.dims(), l2.dims())
-        }
-        let gate = slice(s1, l1, self.name())?;
-        let up = slice(s2, l2, self.name())?;
-        let mut out = vec![0f32; gate.len()];
-        k::swiglu(gate, up, &mut out);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        gate: &Tensor,
-        up: &Tensor,
-        _res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let n = gate.elem_count();
-        let (mut dgate, mut dup) = (vec![0f32; n], vec![0f32; n]);
-        with_values(gate, |gate| {
-            with_values(up, |up| {
-                with_values(grad, |g| {
-                    k::swiglu_backward(gate, up, g, &mut dgate, &mut dup)
-                })
-            })
-        })???;
-        Ok((
-            Some(tensor(dgate, gate.shape(), gate)?),
-            Some(tensor(dup, up.shape(), up)?),
-        ))
-    }
-}
-
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
-    gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+    gate.contiguous()?
+        .apply_op2(&up.contiguous()?, Gated::SwiGlu)
 }
 
-/// `gelu(gate) · up` with the tanh GELU (Gemma 3's MLP), forward and backward one parallel
-/// pass each. Composed (`gate.gelu()? * up`), candle ran the GELU and its backward pass's
-/// nine elementwise ops (powers, tanh, products) on one core, each a fresh
-/// `tokens × intermediate` tensor: perf put a sixth of a Gemma 3 step in them.
-struct GeGlu;
-
-impl CustomOp2 for GeGlu {
-    fn name(&self) -> &'static str {
-        "train-geglu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        if l1.shape() != l2.shape() {
-            bail!("geglu: gate {:?}, up {:?}", l1.dims(), l2.dims())
-        }
-        let gate = slice(s1, l1, self.name())?;
-        let up = slice(s2, l2, self.name())?;
-        let mut out = vec![0f32; gate.len()];
-        k::geglu(gate, up, &mut out);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        gate: &Tensor,
-        up: &Tensor,
-        _res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let n = gate.elem_count();
-        let (mut dgate, mut dup) = (vec![0f32; n], vec![0f32; n]);
-        with_values(gate, |gate| {
-            with_values(up, |up| {
-                with_values(grad, |g| {
-                    k::geglu_backward(gate, up, g, &mut dgate, &mut dup)
-                })
-            })
-        })???;
-        Ok((
-            Some(tensor(dgate, gate.shape(), gate)?),
-            Some(tensor(dup, up.shape(), up)?),
-        ))
-    }
-}
-
+/// `gelu(gate) · up` with the tanh GELU.
 pub fn geglu(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
-    gate.contiguous()?.apply_op2(&up.contiguous()?, GeGlu)
+    gate.contiguous()?
+        .apply_op2(&up.contiguous()?, Gated::GeGlu)
 }
 
 /// Rotary embedding (halves layout) of `(batch, seq, heads, dim)`, tables `(seq, dim/2)`.
@@ -650,7 +618,7 @@ impl CustomOp3 for SwiGluDown {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (gated, shape) = SwiGlu.cpu_fwd(s1, l1, s2, l2)?;
+        let (gated, shape) = Gated::SwiGlu.cpu_fwd(s1, l1, s2, l2)?;
         let CpuStorage::F32(gated) = gated else {
             bail!("swiglu_down: f32 only")
         };
@@ -675,7 +643,7 @@ impl CustomOp3 for SwiGluDown {
         // A frozen down projection (LoRA) needs no weight gradient, nor the product for it.
         let (dw, d_gated) = match (&self.sink, weight_grad) {
             (Some(sink), _) => {
-                let gated = gate.apply_op2_no_bwd(&up, &SwiGlu)?;
+                let gated = gate.apply_op2_no_bwd(&up, &Gated::SwiGlu)?;
                 (
                     None,
                     super::linear::sink_and_input_grads(sink, &grad, &gated, &w, self.precision)?,
@@ -683,7 +651,10 @@ impl CustomOp3 for SwiGluDown {
             }
             (None, _) => {
                 let dw = match weight_grad {
-                    true => Some(grad.t()?.matmul(&gate.apply_op2_no_bwd(&up, &SwiGlu)?)?),
+                    true => Some(
+                        grad.t()?
+                            .matmul(&gate.apply_op2_no_bwd(&up, &Gated::SwiGlu)?)?,
+                    ),
                     false => None,
                 };
                 let threads = super::linear::all_threads();
@@ -691,7 +662,7 @@ impl CustomOp3 for SwiGluDown {
                 (dw, dx)
             }
         };
-        let (dgate, dup) = SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
+        let (dgate, dup) = Gated::SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
         Ok((dgate, dup, dw))
     }
 }

@@ -134,62 +134,31 @@ pub fn rms_norm_backward(
     }
 }
 
-/// SwiGLU's gate: `out = silu(gate) · up`.
+/// `silu(gate) · up` (the llama MLP's gate).
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    assert!(
-        gate.len() == up.len() && gate.len() == out.len(),
-        "swiglu: bad lengths"
-    );
-    out.par_chunks_mut(MIN_TASK * 4)
-        .zip(gate.par_chunks(MIN_TASK * 4))
-        .zip(up.par_chunks(MIN_TASK * 4))
-        .for_each(|((out, gate), up)| {
-            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                *o = g * sigmoid(g) * u;
-            }
-        });
+    gated(gate, up, out, |g, u| g * sigmoid(g) * u);
 }
 
 /// The gradients of [`swiglu`]: `dup = grad · silu(gate)`,
 /// `dgate = grad · up · s · (1 + gate · (1 − s))` with `s = sigmoid(gate)`.
 pub fn swiglu_backward(gate: &[f32], up: &[f32], grad: &[f32], dgate: &mut [f32], dup: &mut [f32]) {
-    let n = gate.len();
-    assert!(
-        up.len() == n && grad.len() == n && dgate.len() == n && dup.len() == n,
-        "swiglu_backward: bad lengths"
-    );
-    let c = MIN_TASK * 4;
-    dgate
-        .par_chunks_mut(c)
-        .zip(dup.par_chunks_mut(c))
-        .zip(gate.par_chunks(c))
-        .zip(up.par_chunks(c))
-        .zip(grad.par_chunks(c))
-        .for_each(|((((dgate, dup), gate), up), grad)| {
-            for i in 0..gate.len() {
-                let g = gate[i];
-                let s = sigmoid(g);
-                dup[i] = grad[i] * g * s;
-                dgate[i] = grad[i] * up[i] * s * (1.0 + g * (1.0 - s));
-            }
-        });
+    gated_backward(gate, up, grad, dgate, dup, |g, u, grad| {
+        let s = sigmoid(g);
+        (grad * u * s * (1.0 + g * (1.0 - s)), grad * g * s)
+    });
 }
 
 /// `gelu(gate) · up` with the tanh GELU `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))` (Gemma's
 /// MLP; candle's `gelu`, the same expression).
 pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    assert!(
-        gate.len() == up.len() && gate.len() == out.len(),
-        "geglu: bad lengths"
-    );
-    out.par_chunks_mut(MIN_TASK * 4)
-        .zip(gate.par_chunks(MIN_TASK * 4))
-        .zip(up.par_chunks(MIN_TASK * 4))
-        .for_each(|((out, gate), up)| {
-            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                *o = gelu_tanh(g) * u;
-            }
-        });
+    gated(gate, up, out, |g, u| gelu_tanh(g) * u);
+}
+
+/// The gradients of [`geglu`]: `dup = grad · gelu(gate)`, `dgate = grad · up · gelu'(gate)`.
+pub fn geglu_backward(gate: &[f32], up: &[f32], grad: &[f32], dgate: &mut [f32], dup: &mut [f32]) {
+    gated_backward(gate, up, grad, dgate, dup, |g, u, grad| {
+        (grad * u * gelu_tanh_grad(g), grad * gelu_tanh(g))
+    });
 }
 
 const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
@@ -206,12 +175,36 @@ fn gelu_tanh_grad(x: f32) -> f32 {
     0.5 * t + (0.053_516_1 * cube + 0.398_942 * x) * (1.0 - t * t) + 0.5
 }
 
-/// The gradients of [`geglu`]: `dup = grad · gelu(gate)`, `dgate = grad · up · gelu'(gate)`.
-pub fn geglu_backward(gate: &[f32], up: &[f32], grad: &[f32], dgate: &mut [f32], dup: &mut [f32]) {
+/// `out[i] = f(gate[i], up[i])` in parallel chunks: a gated MLP's product.
+fn gated(gate: &[f32], up: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32 + Sync) {
+    assert!(
+        gate.len() == up.len() && gate.len() == out.len(),
+        "gated product: bad lengths"
+    );
+    out.par_chunks_mut(MIN_TASK * 4)
+        .zip(gate.par_chunks(MIN_TASK * 4))
+        .zip(up.par_chunks(MIN_TASK * 4))
+        .for_each(|((out, gate), up)| {
+            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                *o = f(g, u);
+            }
+        });
+}
+
+/// `(dgate[i], dup[i]) = f(gate[i], up[i], grad[i])` in parallel chunks: the gradients of
+/// a [`gated`] product.
+fn gated_backward(
+    gate: &[f32],
+    up: &[f32],
+    grad: &[f32],
+    dgate: &mut [f32],
+    dup: &mut [f32],
+    f: impl Fn(f32, f32, f32) -> (f32, f32) + Sync,
+) {
     let n = gate.len();
     assert!(
         up.len() == n && grad.len() == n && dgate.len() == n && dup.len() == n,
-        "geglu_backward: bad lengths"
+        "gated product backward: bad lengths"
     );
     let c = MIN_TASK * 4;
     dgate
@@ -222,9 +215,7 @@ pub fn geglu_backward(gate: &[f32], up: &[f32], grad: &[f32], dgate: &mut [f32],
         .zip(grad.par_chunks(c))
         .for_each(|((((dgate, dup), gate), up), grad)| {
             for i in 0..gate.len() {
-                let g = gate[i];
-                dup[i] = grad[i] * gelu_tanh(g);
-                dgate[i] = grad[i] * up[i] * gelu_tanh_grad(g);
+                (dgate[i], dup[i]) = f(gate[i], up[i], grad[i]);
             }
         });
 }
