@@ -563,19 +563,19 @@ impl LlamaTrainer {
             let h = self.norm(&xs, &layer.ffn_norm)?;
             let gate = self.project(&h, i, LoraTarget::Gate)?;
             let up = self.project(&h, i, LoraTarget::Up)?;
+            // Gemma's gate is the tanh GELU, llama's the SiLU.
+            let gated = match layer.gemma {
+                Some(_) => ops::Gated::GeGlu,
+                None => ops::Gated::SwiGlu,
+            };
             let down = match self
                 .lora
                 .as_ref()
                 .and_then(|l| Some((l, l.get(i, LoraTarget::Down)?)))
             {
-                // Gemma's gate is the tanh GELU, outside the fused down projection.
-                _ if layer.gemma.is_some() => {
-                    let gated = ops::geglu(&gate, &up)?;
-                    self.project(&gated, i, LoraTarget::Down)?
-                }
                 // An adapted down projection needs the product itself as its input.
                 Some((lora, adapter)) => adapted_linear(
-                    &ops::swiglu(&gate, &up)?,
+                    &gated.apply(&gate, &up)?,
                     layer.down.as_tensor(),
                     adapter.a.as_tensor(),
                     adapter.b.as_tensor(),
@@ -583,9 +583,10 @@ impl LlamaTrainer {
                     self.precision,
                 )?,
                 None if self.lora.is_some() => {
-                    ops::swiglu_down(&gate, &up, &self.weight(&layer.down), self.precision)?
+                    ops::gated_down(gated, &gate, &up, &self.weight(&layer.down), self.precision)?
                 }
-                None => ops::swiglu_down_into(
+                None => ops::gated_down_into(
+                    gated,
                     &gate,
                     &up,
                     &layer.down,

@@ -130,8 +130,8 @@ pub fn sliding_attention_probs(
 /// SwiGLU (`silu`, llama) or GeGLU (the tanh GELU, Gemma 3). Composed, candle ran Gemma's
 /// GELU and its backward pass's nine elementwise ops (powers, tanh, products) on one core,
 /// each a fresh `tokens × intermediate` tensor: a sixth of a Gemma 3 step in perf.
-#[derive(Clone, Copy)]
-enum Gated {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gated {
     SwiGlu,
     GeGlu,
 }
@@ -189,16 +189,11 @@ impl CustomOp2 for Gated {
     }
 }
 
-/// `silu(gate) · up`.
-pub fn swiglu(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
-    gate.contiguous()?
-        .apply_op2(&up.contiguous()?, Gated::SwiGlu)
-}
-
-/// `gelu(gate) · up` with the tanh GELU.
-pub fn geglu(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
-    gate.contiguous()?
-        .apply_op2(&up.contiguous()?, Gated::GeGlu)
+impl Gated {
+    /// `act(gate) · up`.
+    pub fn apply(self, gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
+        gate.contiguous()?.apply_op2(&up.contiguous()?, self)
+    }
 }
 
 /// Rotary embedding (halves layout) of `(batch, seq, heads, dim)`, tables `(seq, dim/2)`.
@@ -596,17 +591,21 @@ pub fn attention_probs(
     )
 }
 
-/// The MLP's down projection of its SwiGLU: `(silu(gate) · up) Wᵀ`, with the product
+/// The MLP's down projection of its gated product: `(act(gate) · up) Wᵀ`, with the product
 /// recomputed in the backward pass instead of kept (`tokens × intermediate` per layer).
 /// With a sink, the weight's gradient goes there (`linear.rs`) rather than to candle.
-struct SwiGluDown {
+struct GatedDown {
+    gated: Gated,
     sink: Option<GradSink>,
     precision: Precision,
 }
 
-impl CustomOp3 for SwiGluDown {
+impl CustomOp3 for GatedDown {
     fn name(&self) -> &'static str {
-        "train-swiglu-down"
+        match self.gated {
+            Gated::SwiGlu => "train-swiglu-down",
+            Gated::GeGlu => "train-geglu-down",
+        }
     }
 
     fn cpu_fwd(
@@ -618,9 +617,9 @@ impl CustomOp3 for SwiGluDown {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (gated, shape) = Gated::SwiGlu.cpu_fwd(s1, l1, s2, l2)?;
+        let (gated, shape) = self.gated.cpu_fwd(s1, l1, s2, l2)?;
         let CpuStorage::F32(gated) = gated else {
-            bail!("swiglu_down: f32 only")
+            bail!("{}: f32 only", self.name())
         };
         let (rows, inputs) = shape.dims2()?;
         let (out, _) = l3.shape().dims2()?;
@@ -643,7 +642,7 @@ impl CustomOp3 for SwiGluDown {
         // A frozen down projection (LoRA) needs no weight gradient, nor the product for it.
         let (dw, d_gated) = match (&self.sink, weight_grad) {
             (Some(sink), _) => {
-                let gated = gate.apply_op2_no_bwd(&up, &Gated::SwiGlu)?;
+                let gated = gate.apply_op2_no_bwd(&up, &self.gated)?;
                 (
                     None,
                     super::linear::sink_and_input_grads(sink, &grad, &gated, &w, self.precision)?,
@@ -653,7 +652,7 @@ impl CustomOp3 for SwiGluDown {
                 let dw = match weight_grad {
                     true => Some(
                         grad.t()?
-                            .matmul(&gate.apply_op2_no_bwd(&up, &Gated::SwiGlu)?)?,
+                            .matmul(&gate.apply_op2_no_bwd(&up, &self.gated)?)?,
                     ),
                     false => None,
                 };
@@ -662,13 +661,14 @@ impl CustomOp3 for SwiGluDown {
                 (dw, dx)
             }
         };
-        let (dgate, dup) = Gated::SwiGlu.bwd(&gate, &up, &gate, &d_gated)?;
+        let (dgate, dup) = self.gated.bwd(&gate, &up, &gate, &d_gated)?;
         Ok((dgate, dup, dw))
     }
 }
 
-/// `(silu(gate) · up) Wᵀ` ([`SwiGluDown`]), `W`'s gradient through candle (when tracked).
-pub fn swiglu_down(
+/// `(act(gate) · up) Wᵀ` ([`GatedDown`]), `W`'s gradient through candle (when tracked).
+pub fn gated_down(
+    gated: Gated,
     gate: &Tensor,
     up: &Tensor,
     w: &Tensor,
@@ -677,15 +677,17 @@ pub fn swiglu_down(
     gate.contiguous()?.apply_op3(
         &up.contiguous()?,
         &w.contiguous()?,
-        SwiGluDown {
+        GatedDown {
+            gated,
             sink: None,
             precision,
         },
     )
 }
 
-/// [`swiglu_down`] of a trained weight whose gradient lands in `sink`.
-pub fn swiglu_down_into(
+/// [`gated_down`] of a trained weight whose gradient lands in `sink`.
+pub fn gated_down_into(
+    gated: Gated,
     gate: &Tensor,
     up: &Tensor,
     w: &Var,
@@ -695,7 +697,8 @@ pub fn swiglu_down_into(
     gate.contiguous()?.apply_op3(
         &up.contiguous()?,
         &w.as_tensor().detach(),
-        SwiGluDown {
+        GatedDown {
+            gated,
             sink: Some(sink.clone()),
             precision,
         },
@@ -844,7 +847,7 @@ mod tests {
         let (gate, up) = (randn(&[6, 40]), randn(&[6, 40]));
         agree(
             &[&gate, &up],
-            |t| swiglu(&t[0], &t[1]),
+            |t| Gated::SwiGlu.apply(&t[0], &t[1]),
             |t| composed::silu(&t[0])? * &t[1],
             1e-4,
         );
@@ -858,7 +861,7 @@ mod tests {
         let (gate, up) = (Var::from_tensor(&spread).unwrap(), randn(&[6, 40]));
         agree(
             &[&gate, &up],
-            |t| geglu(&t[0], &t[1]),
+            |t| Gated::GeGlu.apply(&t[0], &t[1]),
             |t| t[0].gelu()? * &t[1],
             1e-4,
         );
@@ -959,7 +962,7 @@ mod tests {
         let (gate, up, w) = (randn(&[6, 40]), randn(&[6, 40]), randn(&[12, 40]));
         agree(
             &[&gate, &up, &w],
-            |t| swiglu_down(&t[0], &t[1], &t[2], Precision::F32),
+            |t| gated_down(Gated::SwiGlu, &t[0], &t[1], &t[2], Precision::F32),
             |t| (composed::silu(&t[0])? * &t[1])?.matmul(&t[2].t()?),
             1e-4,
         );
@@ -972,9 +975,17 @@ mod tests {
         let (gate, up, w) = (randn(&[9, 40]), randn(&[9, 40]), randn(&[12, 40]));
         let r = Tensor::randn(0f32, 1.0, (9, 12), &Device::Cpu).unwrap();
         let sink = GradSink::default();
-        let ours =
-            swiglu_down_into(gate.as_tensor(), up.as_tensor(), &w, &sink, Precision::F32).unwrap();
-        let theirs = swiglu_down(
+        let ours = gated_down_into(
+            Gated::SwiGlu,
+            gate.as_tensor(),
+            up.as_tensor(),
+            &w,
+            &sink,
+            Precision::F32,
+        )
+        .unwrap();
+        let theirs = gated_down(
+            Gated::SwiGlu,
             gate.as_tensor(),
             up.as_tensor(),
             w.as_tensor(),
@@ -1020,8 +1031,16 @@ mod tests {
         assert!(grads.get(&frozen).is_none());
         let (gate, up, down) = (randn(&[7, 24]), randn(&[7, 24]), randn(&[12, 24]));
         let down = down.as_tensor().detach();
-        let grads =
-            weighted(swiglu_down(gate.as_tensor(), up.as_tensor(), &down, Precision::F32).unwrap());
+        let grads = weighted(
+            gated_down(
+                Gated::SwiGlu,
+                gate.as_tensor(),
+                up.as_tensor(),
+                &down,
+                Precision::F32,
+            )
+            .unwrap(),
+        );
         assert!(grads.get(&down).is_none() && grads.get(gate.as_tensor()).is_some());
         let norm = randn(&[24]).as_tensor().detach();
         let grads = weighted(rms_norm(x.as_tensor(), &norm, 1e-5).unwrap());
