@@ -15,10 +15,10 @@
 //! 3.7 s kept. A checkpoint's write (merged weights serialized tensor by tensor) runs on
 //! glibc's defaults instead ([`outside_the_kept_heap`]): kept, its copies piled up in the
 //! heap beside the steps' buffers and LoRA's peak RSS rose from 1.36 to 1.68 GB at batch
-//! 1 × 256. Training runs with one arena ([`one_arena`]) and candle's elementwise ops on the calling
-//! thread (`main.rs`): on an Intel Xeon an epoch once took 80.8 s with candle's spinning
-//! pool against 86.7 s on one thread, but on a 2-core Zen 4, after the products split
-//! their packing over the cores, 58.9 s against 50.0 s.
+//! 1 × 256. Training runs with one arena ([`one_arena`]) and candle's elementwise ops on
+//! the calling thread (`main.rs`): on an Intel Xeon an epoch once took 80.8 s with candle's
+//! spinning pool against 86.7 s on one thread, but on a 2-core Zen 4, after the products
+//! split their packing over the cores, 58.9 s against 50.0 s.
 
 /// Makes every thread allocate from the main heap (glibc's `M_ARENA_MAX` = 1), before the
 /// process starts any thread. Training runs only (`main` calls it for them).
