@@ -14,9 +14,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use rayon::prelude::*;
+
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, Tensor, Var, bail};
 
-mod products;
+pub(super) mod products;
 
 use products::{Product, gemm_f32, scaled_gemm};
 
@@ -74,6 +76,33 @@ impl GradSink {
     /// Forgets a gradient left by a backward pass nobody drained.
     pub fn clear(&self) {
         *self.slot() = None;
+    }
+
+    /// Adds `values` (a whole gradient) to the sum, or makes them the sum when there is none
+    /// yet (moved in, not copied).
+    pub fn deposit(&self, values: Vec<f32>) {
+        let mut slot = self.slot();
+        match slot.as_mut() {
+            Some(sum) if !sum.is_empty() => {
+                assert_eq!(sum.len(), values.len(), "one weight's gradients");
+                sum.par_iter_mut()
+                    .zip(values.par_iter())
+                    .for_each(|(s, v)| *s += v);
+            }
+            _ => *slot = Some(values),
+        }
+    }
+
+    /// Runs `add` on the `(rows, columns)` sum, zeroed first when there is none yet: for a
+    /// gradient that touches a few rows (the embeddings').
+    pub fn add_rows(&self, rows: usize, columns: usize, add: impl FnOnce(&mut [f32])) {
+        let mut slot = self.slot();
+        let sum = match slot.as_mut() {
+            Some(sum) if !sum.is_empty() => sum,
+            _ => slot.insert(vec![0.0; rows * columns]),
+        };
+        assert_eq!(sum.len(), rows * columns, "one weight's gradients");
+        add(sum);
     }
 }
 

@@ -23,6 +23,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use serde_json::Value;
 
 use super::TrainError;
+use super::attention::{attention, sliding_attention};
 use super::linear::{GradSink, Precision, trained_linear};
 pub use super::llama_config::LlamaConfig;
 use super::llama_config::unpermute_rows;
@@ -142,6 +143,9 @@ pub struct LlamaTrainer {
     embed: Var,
     /// `None` when tied to the embeddings.
     lm_head: Option<Var>,
+    /// Where the embeddings' and an untied head's gradients land (`embedding.rs`).
+    embed_sink: GradSink,
+    head_sink: GradSink,
     final_norm: Var,
     layers: Vec<Layer>,
     lora: Option<Adapters>,
@@ -265,6 +269,8 @@ impl LlamaTrainer {
         Ok(LlamaTrainer {
             embed: var(embed)?,
             lm_head: lm_head.map(var).transpose()?,
+            embed_sink: GradSink::default(),
+            head_sink: GradSink::default(),
             final_norm: var(final_norm)?,
             layers,
             config,
@@ -451,7 +457,8 @@ impl LlamaTrainer {
     /// over the positions where `weights` (`batch × seq`, 1.0 or 0.0) is 1.
     pub fn loss(&self, ids: &Tensor, weights: &Tensor) -> candle_core::Result<Tensor> {
         // A new forward pass starts new weight gradients: forget any no backward pass took.
-        for sink in self.layers.iter().flat_map(|l| &l.sinks) {
+        let layer_sinks = self.layers.iter().flat_map(|l| &l.sinks);
+        for sink in layer_sinks.chain([&self.embed_sink, &self.head_sink]) {
             sink.clear();
         }
         let (_, len) = ids.dims2()?;
@@ -464,27 +471,43 @@ impl LlamaTrainer {
             .to_vec1::<f32>()?;
         let count = weights.iter().sum::<f32>();
         let hidden = self.hidden(&inputs)?;
-        let head = self.weight(self.lm_head.as_ref().unwrap_or(&self.embed));
-        ops::head_cross_entropy(&hidden, &head, targets, weights, count, self.precision)
+        let (head, sink) = match &self.lm_head {
+            Some(head) => (head, &self.head_sink),
+            None => (&self.embed, &self.embed_sink),
+        };
+        let sink = self.lora.is_none().then_some(sink);
+        let head = self.weight(head);
+        ops::head_cross_entropy(
+            &hidden,
+            &head,
+            targets,
+            weights,
+            count,
+            self.precision,
+            sink,
+        )
     }
 
     /// The gradients of `loss` (a [`LlamaTrainer::loss`] of this model) for every trainable
-    /// weight: candle's backward pass, and the projections' weight gradients that their ops
-    /// left in their sinks (`linear.rs`).
+    /// weight: candle's backward pass, and the weight gradients that the projections', the
+    /// head's and the embeddings' ops left in their sinks (`linear.rs`, `embedding.rs`).
     pub fn backward(&self, loss: &Tensor) -> candle_core::Result<GradStore> {
         let mut grads = loss.backward()?;
-        for layer in &self.layers {
-            for target in LoraTarget::ALL {
-                let var = layer.projection(target);
-                let Some(grad) = layer.sink(target).take(var.shape())? else {
-                    continue;
-                };
-                let total = match grads.get(var.as_tensor()) {
-                    Some(earlier) => (earlier + grad)?,
-                    None => grad,
-                };
-                grads.insert(var.as_tensor(), total);
-            }
+        let projections = self.layers.iter().flat_map(|layer| {
+            LoraTarget::ALL.map(|target| (layer.projection(target), layer.sink(target)))
+        });
+        let ends = [(&self.embed, &self.embed_sink)]
+            .into_iter()
+            .chain(self.lm_head.as_ref().map(|head| (head, &self.head_sink)));
+        for (var, sink) in projections.chain(ends) {
+            let Some(grad) = sink.take(var.shape())? else {
+                continue;
+            };
+            let total = match grads.get(var.as_tensor()) {
+                Some(earlier) => (earlier + grad)?,
+                None => grad,
+            };
+            grads.insert(var.as_tensor(), total);
         }
         Ok(grads)
     }
@@ -494,12 +517,14 @@ impl LlamaTrainer {
     fn hidden(&self, inputs: &Tensor) -> candle_core::Result<Tensor> {
         let (batch, seq) = inputs.dims2()?;
         let c = &self.config;
-        let mut xs = self
-            .weight(&self.embed)
-            .index_select(&inputs.flatten_all()?, 0)?; // (batch * seq, hidden)
-        if c.gemma3.is_some() {
-            xs = (xs * (c.hidden_size as f64).sqrt())?;
-        }
+        let scale = match c.gemma3 {
+            Some(_) => (c.hidden_size as f32).sqrt(),
+            None => 1.0,
+        };
+        let ids = inputs.flatten_all()?.to_vec1::<u32>()?;
+        let sink = self.lora.is_none().then_some(&self.embed_sink);
+        // (batch * seq, hidden)
+        let mut xs = super::embedding::lookup(&self.weight(&self.embed), ids, scale, sink)?;
         let rope = ops::Rope::new(seq, c.head_dim, c.rope_theta);
         let local_rope = c
             .gemma3
@@ -516,10 +541,9 @@ impl LlamaTrainer {
                 (Some(local), true) => local,
                 _ => &rope,
             };
-            // Rotated in the `(batch, seq, heads, dim)` layout the projection writes; the
-            // attention op moves them to head-major order itself (and does not keep the
-            // copies). Grouped-query attention: each kv head serves `group` query heads,
-            // which are folded into the query rows so k and v are never copied.
+            // Rotated in the `(batch, seq, heads, dim)` layout the projection writes, which
+            // the attention op reads as it is (`attention.rs`). Grouped-query attention:
+            // each kv head serves `heads / kv_heads` query heads.
             let mut q = self.project(&h, i, LoraTarget::Q)?.reshape((
                 batch,
                 seq,
@@ -538,23 +562,20 @@ impl LlamaTrainer {
             }
             let q = ops::rope(&q, rope)?;
             let k = ops::rope(&k, rope)?;
-            let v = self
-                .project(&h, i, LoraTarget::V)?
-                .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?;
+            let v = self.project(&h, i, LoraTarget::V)?.reshape((
+                batch,
+                seq,
+                c.num_kv_heads,
+                c.head_dim,
+            ))?;
             // A window no longer than the slide sees what causal attention sees.
-            let probs = match &c.gemma3 {
+            let kv_heads = c.num_kv_heads;
+            let attended = match &c.gemma3 {
                 Some(g) if sliding && seq > g.sliding_window => {
-                    ops::sliding_attention_probs(&q, &k, c.num_kv_heads, scale, g.sliding_window)?
+                    sliding_attention(&q, &k, &v, kv_heads, scale, g.sliding_window)?
                 }
-                _ => ops::attention_probs(&q, &k, c.num_kv_heads, scale)?,
+                _ => attention(&q, &k, &v, kv_heads, scale)?,
             };
-            let attended = probs
-                .matmul(&v)?
-                .reshape((batch, c.num_heads, seq, c.head_dim))?
-                .transpose(1, 2)?
-                .reshape((batch * seq, c.num_heads * c.head_dim))?;
             let mut attended = self.project(&attended, i, LoraTarget::O)?;
             if let Some(g) = &layer.gemma {
                 attended = self.norm(&attended, &g.post_attn_norm)?;
@@ -602,66 +623,6 @@ impl LlamaTrainer {
         }
         self.norm(&xs, &self.final_norm)
     }
-
-    /// The loss composed of plain candle ops (the forward pass before the fused ops), the
-    /// reference the fused network is checked against.
-    #[cfg(test)]
-    fn composed_loss(&self, ids: &Tensor, weights: &Tensor) -> candle_core::Result<Tensor> {
-        use ops::composed::*;
-        let (batch, len) = ids.dims2()?;
-        let seq = len - 1;
-        let inputs = ids.narrow(1, 0, seq)?;
-        let targets = ids.narrow(1, 1, seq)?.flatten_all()?;
-        let c = &self.config;
-        let mut xs = self
-            .embed
-            .as_tensor()
-            .index_select(&inputs.flatten_all()?, 0)?;
-        let (cos, sin) = rope_tables(seq, c.head_dim, c.rope_theta, &Device::Cpu)?;
-        let mask = causal_mask(seq, &Device::Cpu)?;
-        for layer in &self.layers {
-            let h = rms_norm(&xs, layer.attn_norm.as_tensor(), c.rms_eps)?;
-            let q = linear(&h, &layer.q)?
-                .reshape((batch, seq, c.num_heads, c.head_dim))?
-                .transpose(1, 2)?;
-            let k = linear(&h, &layer.k)?
-                .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
-                .transpose(1, 2)?;
-            let v = linear(&h, &layer.v)?
-                .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?;
-            let q = rotate(&q, &cos, &sin)?;
-            let k = rotate(&k, &cos, &sin)?;
-            let group = c.num_heads / c.num_kv_heads;
-            let q = q.reshape((batch, c.num_kv_heads, group * seq, c.head_dim))?;
-            let scores = (q.matmul(&k.t()?)? * (1.0 / (c.head_dim as f64).sqrt()))?
-                .reshape((batch, c.num_kv_heads, group, seq, seq))?
-                .broadcast_add(&mask)?;
-            let probs = softmax(&scores)?.reshape((batch, c.num_kv_heads, group * seq, seq))?;
-            let attended = probs
-                .matmul(&v)?
-                .reshape((batch, c.num_heads, seq, c.head_dim))?
-                .transpose(1, 2)?
-                .reshape((batch * seq, c.num_heads * c.head_dim))?;
-            xs = (xs + linear(&attended, &layer.o)?)?;
-            let h = rms_norm(&xs, layer.ffn_norm.as_tensor(), c.rms_eps)?;
-            let gate = linear(&h, &layer.gate)?;
-            let gated = (silu(&gate)? * linear(&h, &layer.up)?)?;
-            xs = (xs + linear(&gated, &layer.down)?)?;
-        }
-        let xs = rms_norm(&xs, self.final_norm.as_tensor(), c.rms_eps)?;
-        let logits = linear(&xs, self.lm_head.as_ref().unwrap_or(&self.embed))?;
-        let picked = log_softmax(&logits)?
-            .gather(&targets.unsqueeze(1)?, 1)?
-            .squeeze(1)?
-            .reshape((batch, seq))?;
-        let weights = weights.to_dtype(DType::F32)?;
-        let count = weights.sum_all()?.to_scalar::<f32>()?.max(1.0);
-        (picked * weights)?
-            .sum_all()?
-            .affine(-1.0 / count as f64, 0.0)
-    }
 }
 
 /// Reads one layer's tensors by name; `get` learns whether a tensor is a norm.
@@ -686,12 +647,6 @@ fn read_layer(
         None => None,
     };
     Ok((main, extra))
-}
-
-/// `x Wᵀ` over rows `(n, in)` through candle's matmul (the composed reference's).
-#[cfg(test)]
-fn linear(xs: &Tensor, w: &Var) -> candle_core::Result<Tensor> {
-    xs.matmul(&w.as_tensor().t()?)
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@
 //! are cached by their inputs (base weights digest, data digest, exposure): an existing
 //! checkpoint with the same inputs digest is not trained again.
 
+pub mod attention;
 pub mod data;
+pub mod embedding;
 pub mod gemma3_config;
 pub mod heap;
 pub mod linear;

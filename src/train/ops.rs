@@ -15,6 +15,7 @@
 use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, Var, bail,
 };
+use rayon::prelude::*;
 use tabcontam_kernels::train as k;
 
 use super::linear::{GradSink, Precision, slice, with_values};
@@ -87,8 +88,9 @@ pub fn rms_norm(xs: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor
 /// Attention probabilities of rotated `q` `(batch, seq, heads, dim)` and `k` `(batch, seq,
 /// kv_heads, dim)` when each position sees only itself and the `window − 1` before it
 /// (Gemma 3's sliding layers on windows longer than the slide), in the layout of
-/// [`attention_probs`]: `(batch, kv_heads, group · seq, seq)`. Composed of plain candle
-/// ops (differentiable as they are); the fused causal op serves every shorter window.
+/// `(batch, kv_heads, group · seq, seq)` (`attention.rs` multiplies them by the values).
+/// Composed of plain candle ops (differentiable as they are); the fused causal op
+/// (`attention.rs`) serves every shorter window.
 pub fn sliding_attention_probs(
     q: &Tensor,
     k: &Tensor,
@@ -261,51 +263,13 @@ pub fn rope(xs: &Tensor, rope: &Rope) -> candle_core::Result<Tensor> {
     xs.contiguous()?.apply_op1(rope.clone())
 }
 
-/// `softmax(scale · x)` over the last dimension (`seq` keys) with the keys after each
-/// query's position (`row % seq`) masked out.
-struct CausalSoftmax {
-    scale: f32,
-}
-
-impl CustomOp1 for CausalSoftmax {
-    fn name(&self) -> &'static str {
-        "train-causal-softmax"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let x = slice(s, l, self.name())?;
-        let seq = *l.dims().last().unwrap_or(&1);
-        let mut out = vec![0f32; x.len()];
-        k::causal_softmax(x, seq, self.scale, &mut out);
-        Ok((CpuStorage::F32(out), l.shape().clone()))
-    }
-
-    fn bwd(&self, x: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let seq = *x.dims().last().unwrap_or(&1);
-        let mut dx = vec![0f32; x.elem_count()];
-        with_values(res, |p| {
-            with_values(grad, |g| {
-                k::causal_softmax_backward(p, g, seq, self.scale, &mut dx)
-            })
-        })??;
-        Ok(Some(tensor(dx, x.shape(), x)?))
-    }
-}
-
-/// Causal softmax of attention scores whose last two dimensions are (queries, keys) of
-/// one sequence, or queries of several heads stacked (`row % seq` is the position).
-pub fn causal_softmax(scores: &Tensor, scale: f64) -> candle_core::Result<Tensor> {
-    scores.contiguous()?.apply_op1(CausalSoftmax {
-        scale: scale as f32,
-    })
-}
-
 /// Tokens per chunk of the output head: a chunk's logits are `TOKENS × vocab` floats
 /// (48 MB for 49,152 ids), enough rows for the matmuls to run at full speed.
 const HEAD_CHUNK: usize = 256;
 
-/// The head's gradients: `d hidden`, and `d weight` unless the weight is frozen.
-type HeadGrads = (Tensor, Option<Tensor>);
+/// The head's gradients: `d hidden`, and the `(vocab, hidden)` values of `d weight` unless
+/// the weight is frozen.
+type HeadGrads = (Tensor, Option<Vec<f32>>);
 
 /// The output head and its mean cross-entropy: `hidden` `(n, h)` times `weight` `(vocab, h)`
 /// transposed, softmax cross-entropy against `targets`, each token's loss weighted and
@@ -398,9 +362,7 @@ impl HeadCrossEntropy {
         let grads = match grad_scale {
             Some(_) if n > 0 => Some((
                 Tensor::from_vec(d_hidden, (n, h), hidden.device())?,
-                d_weight
-                    .map(|dw| Tensor::from_vec(dw, (vocab, h), weight.device()))
-                    .transpose()?,
+                d_weight,
             )),
             _ => None,
         };
@@ -416,6 +378,9 @@ impl HeadCrossEntropy {
 struct PrecomputedHead {
     loss: f32,
     grads: std::sync::Mutex<Option<HeadGrads>>,
+    /// Where `d weight` lands (the embeddings' sink when the head is tied to them), or
+    /// `None` to hand it to candle.
+    sink: Option<GradSink>,
 }
 
 impl CustomOp2 for PrecomputedHead {
@@ -436,7 +401,7 @@ impl CustomOp2 for PrecomputedHead {
     fn bwd(
         &self,
         _hidden: &Tensor,
-        _weight: &Tensor,
+        weight: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
@@ -458,14 +423,30 @@ impl CustomOp2 for PrecomputedHead {
                 t.affine(f64::from(scale), 0.0)
             }
         };
-        Ok((Some(scaled(dh)?), dw.map(scaled).transpose()?))
+        let dw = match (dw, &self.sink) {
+            (None, _) => None,
+            (Some(mut dw), Some(sink)) => {
+                if scale != 1.0 {
+                    dw.par_iter_mut().for_each(|v| *v *= scale);
+                }
+                sink.deposit(dw);
+                None
+            }
+            (Some(dw), None) => Some(scaled(Tensor::from_vec(
+                dw,
+                weight.shape(),
+                weight.device(),
+            )?)?),
+        };
+        Ok((Some(scaled(dh)?), dw))
     }
 }
 
 /// Mean cross-entropy of the next-token logits `hidden · weightᵀ` against `targets`, over
 /// the positions whose `weights` entry is 1 (`count` of them; 0-weighted positions add
 /// nothing), without ever holding more than one chunk of logits. When `hidden` is part of
-/// a graph (training), the gradients are computed with the loss, in the same chunks.
+/// a graph (training), the gradients are computed with the loss, in the same chunks; a
+/// trained weight's gradient lands in `sink` when one is given.
 pub fn head_cross_entropy(
     hidden: &Tensor,
     weight: &Tensor,
@@ -473,6 +454,7 @@ pub fn head_cross_entropy(
     weights: Vec<f32>,
     count: f32,
     precision: Precision,
+    sink: Option<&GradSink>,
 ) -> candle_core::Result<Tensor> {
     let op = HeadCrossEntropy {
         targets,
@@ -495,100 +477,9 @@ pub fn head_cross_entropy(
     let precomputed = PrecomputedHead {
         loss,
         grads: std::sync::Mutex::new(grads),
+        sink: sink.cloned(),
     };
     hidden.apply_op2(&weight, precomputed)
-}
-
-/// Causal attention probabilities straight from the rotated queries `(batch, seq, heads,
-/// dim)` and keys `(batch, seq, kv_heads, dim)`: `softmax(scale · q kᵀ)` masked, shaped
-/// `(batch, kv_heads, group · seq, seq)` (the `group` query heads of a kv head stacked).
-/// One op rather than transposes, a matmul and a softmax, so that neither the scores nor
-/// the head-major copies of q and k are kept for the backward pass (which recomputes the
-/// copies, a few MB, from the op's own inputs).
-struct AttentionProbs {
-    kv_heads: usize,
-    scale: f32,
-}
-
-impl AttentionProbs {
-    /// q as `(batch, kv_heads, group · seq, dim)` and k as `(batch, kv_heads, seq, dim)`.
-    fn head_major(&self, q: &Tensor, k: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
-        let (batch, seq, heads, dim) = q.dims4()?;
-        let group = heads / self.kv_heads;
-        let q =
-            q.transpose(1, 2)?
-                .contiguous()?
-                .reshape((batch, self.kv_heads, group * seq, dim))?;
-        let k = k.transpose(1, 2)?.contiguous()?;
-        Ok((q, k))
-    }
-}
-
-impl CustomOp2 for AttentionProbs {
-    fn name(&self) -> &'static str {
-        "train-attention-probs"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let device = candle_core::Device::Cpu;
-        let q = Tensor::from_slice(slice(s1, l1, self.name())?, l1.shape(), &device)?;
-        let k = Tensor::from_slice(slice(s2, l2, self.name())?, l2.shape(), &device)?;
-        let (q, k) = self.head_major(&q, &k)?;
-        let scores = q.matmul(&k.t()?)?;
-        let shape = scores.shape().clone();
-        let seq = k.dim(2)?;
-        let mut out = vec![0f32; scores.elem_count()];
-        with_values(&scores, |s| k::causal_softmax(s, seq, self.scale, &mut out))?;
-        Ok((CpuStorage::F32(out), shape))
-    }
-
-    fn bwd(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (qh, kh) = self.head_major(&q.detach(), &k.detach())?;
-        let seq = kh.dim(2)?;
-        let mut ds = vec![0f32; res.elem_count()];
-        with_values(res, |p| {
-            with_values(grad, |g| {
-                k::causal_softmax_backward(p, g, seq, self.scale, &mut ds)
-            })
-        })??;
-        let ds = tensor(ds, res.shape(), res)?;
-        let (batch, _, heads, dim) = q.dims4()?;
-        let dq = ds
-            .matmul(&kh)?
-            .reshape((batch, heads, seq, dim))?
-            .transpose(1, 2)?
-            .contiguous()?;
-        let dk = ds.t()?.matmul(&qh)?.transpose(1, 2)?.contiguous()?;
-        Ok((Some(dq), Some(dk)))
-    }
-}
-
-/// [`AttentionProbs`]: the masked attention probabilities of rotated `q` and `k`.
-pub fn attention_probs(
-    q: &Tensor,
-    k: &Tensor,
-    kv_heads: usize,
-    scale: f64,
-) -> candle_core::Result<Tensor> {
-    q.contiguous()?.apply_op2(
-        &k.contiguous()?,
-        AttentionProbs {
-            kv_heads,
-            scale: scale as f32,
-        },
-    )
 }
 
 /// The MLP's down projection of its gated product: `(act(gate) · up) Wᵀ`, with the product
@@ -883,25 +774,6 @@ mod tests {
     }
 
     #[test]
-    fn causal_softmax_matches_the_composed_ops() {
-        // Two query heads per kv head stacked in the rows, as the trainer's attention does.
-        let (batch, kv, group, seq) = (2, 2, 2, 6);
-        let x = randn(&[batch, kv, group * seq, seq]);
-        let mask = composed::causal_mask(seq, &Device::Cpu).unwrap();
-        agree(
-            &[&x],
-            |t| causal_softmax(&t[0], 0.25),
-            |t| {
-                let scores = (t[0].clone() * 0.25)?
-                    .reshape((batch, kv, group, seq, seq))?
-                    .broadcast_add(&mask)?;
-                composed::softmax(&scores)?.reshape((batch, kv, group * seq, seq))
-            },
-            1e-5,
-        );
-    }
-
-    #[test]
     fn head_cross_entropy_matches_the_composed_ops() {
         // More tokens than a chunk, so that chunks' gradients are accumulated.
         let (n, h, vocab) = (HEAD_CHUNK + 37, 16, 50);
@@ -915,7 +787,15 @@ mod tests {
         agree(
             &[&hidden, &weight],
             move |t| {
-                head_cross_entropy(&t[0], &t[1], t2.clone(), w2.clone(), count, Precision::F32)
+                head_cross_entropy(
+                    &t[0],
+                    &t[1],
+                    t2.clone(),
+                    w2.clone(),
+                    count,
+                    Precision::F32,
+                    None,
+                )
             },
             |t| {
                 let logits = t[0].matmul(&t[1].t()?)?;
@@ -927,33 +807,6 @@ mod tests {
                     .affine(-1.0 / f64::from(count), 0.0)
             },
             1e-4,
-        );
-    }
-
-    #[test]
-    fn attention_probs_match_the_composed_ops() {
-        let (batch, seq, heads, kv, dim) = (2, 6, 4, 2, 8);
-        let (q, k) = (
-            randn(&[batch, seq, heads, dim]),
-            randn(&[batch, seq, kv, dim]),
-        );
-        let mask = composed::causal_mask(seq, &Device::Cpu).unwrap();
-        let group = heads / kv;
-        agree(
-            &[&q, &k],
-            |t| attention_probs(&t[0], &t[1], kv, 0.35),
-            |t| {
-                let q =
-                    t[0].transpose(1, 2)?
-                        .contiguous()?
-                        .reshape((batch, kv, group * seq, dim))?;
-                let k = t[1].transpose(1, 2)?.contiguous()?;
-                let scores = (q.matmul(&k.t()?)? * 0.35)?
-                    .reshape((batch, kv, group, seq, seq))?
-                    .broadcast_add(&mask)?;
-                composed::softmax(&scores)?.reshape((batch, kv, group * seq, seq))
-            },
-            1e-5,
         );
     }
 
@@ -1054,6 +907,7 @@ mod tests {
             vec![1.0; 7],
             7.0,
             Precision::F32,
+            None,
         )
         .unwrap();
         let grads = loss.backward().unwrap();

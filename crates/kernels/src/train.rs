@@ -268,68 +268,30 @@ pub fn rope(
         });
 }
 
-/// Causal softmax of attention scores: rows of `seq` keys, the row `r` being the query at
-/// position `r % seq` (queries of several heads stacked), `out = softmax(scale · x)` over
-/// the keys at or before the query's position and 0 after it.
-pub fn causal_softmax(x: &[f32], seq: usize, scale: f32, out: &mut [f32]) {
-    assert!(
-        x.len() == out.len() && x.len().is_multiple_of(seq),
-        "causal_softmax: bad lengths"
-    );
-    let per = rows_per_task(x.len() / seq, seq) * seq;
-    out.par_chunks_mut(per)
-        .zip(x.par_chunks(per))
-        .enumerate()
-        .for_each(|(task, (out, x))| {
-            let first = task * per / seq;
-            for (r, (out, x)) in out
-                .chunks_exact_mut(seq)
-                .zip(x.chunks_exact(seq))
-                .enumerate()
-            {
-                let seen = (first + r) % seq + 1;
-                let max = x[..seen].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) * scale;
-                let mut sum = 0f32;
-                for (o, &v) in out[..seen].iter_mut().zip(&x[..seen]) {
-                    *o = exp(v * scale - max);
-                    sum += *o;
-                }
-                let inv = 1.0 / sum;
-                out[..seen].iter_mut().for_each(|o| *o *= inv);
-                out[seen..].fill(0.0);
-            }
-        });
+/// Causal softmax of one row of attention scores in place: its first `seen` scores (the
+/// keys at or before the query's position) become `softmax(scale · x)` over them, the rest
+/// 0 (the values there are not read).
+pub fn causal_softmax_row(row: &mut [f32], seen: usize, scale: f32) {
+    let max = row[..seen].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) * scale;
+    let mut sum = 0f32;
+    for o in &mut row[..seen] {
+        *o = exp(*o * scale - max);
+        sum += *o;
+    }
+    let inv = 1.0 / sum;
+    row[..seen].iter_mut().for_each(|o| *o *= inv);
+    row[seen..].fill(0.0);
 }
 
-/// The gradient of [`causal_softmax`] from its output `probs`:
-/// `dx = scale · p · (grad − Σ p·grad)` (0 after the query's position, where `p` is 0).
-pub fn causal_softmax_backward(
-    probs: &[f32],
-    grad: &[f32],
-    seq: usize,
-    scale: f32,
-    dx: &mut [f32],
-) {
-    assert!(
-        probs.len() == grad.len() && probs.len() == dx.len() && probs.len().is_multiple_of(seq),
-        "causal_softmax_backward: bad lengths"
-    );
-    let per = rows_per_task(probs.len() / seq, seq) * seq;
-    dx.par_chunks_mut(per)
-        .zip(probs.par_chunks(per))
-        .zip(grad.par_chunks(per))
-        .for_each(|((dx, p), g)| {
-            for ((dx, p), g) in dx
-                .chunks_exact_mut(seq)
-                .zip(p.chunks_exact(seq))
-                .zip(g.chunks_exact(seq))
-            {
-                let dot: f32 = p.iter().zip(g).map(|(p, g)| p * g).sum();
-                for i in 0..seq {
-                    dx[i] = scale * p[i] * (g[i] - dot);
-                }
-            }
-        });
+/// The gradient of [`causal_softmax_row`] in place, from its output `p`: `row` holds the
+/// gradient of the probabilities and becomes `scale · p · (grad − Σ p·grad)` over the
+/// first `seen` values (where they may be non-zero), 0 after them (not read there).
+pub fn causal_softmax_backward_row(p: &[f32], row: &mut [f32], seen: usize, scale: f32) {
+    let dot: f32 = p[..seen].iter().zip(&row[..seen]).map(|(p, g)| p * g).sum();
+    for (dx, &p) in row[..seen].iter_mut().zip(&p[..seen]) {
+        *dx = scale * p * (*dx - dot);
+    }
+    row[seen..].fill(0.0);
 }
 
 /// Softmax cross-entropy of rows of `logits` (`vocab` each) against `targets`, each row's
@@ -502,23 +464,27 @@ mod tests {
     #[test]
     fn causal_softmax_masks_and_differentiates() {
         let seq = 7;
+        // Rows of 3 heads' scores, the row `r` the query at position `r % seq`.
+        let softmax = |x: &[f32]| {
+            let mut out = x.to_vec();
+            for (r, row) in out.chunks_mut(seq).enumerate() {
+                causal_softmax_row(row, r % seq + 1, 0.5);
+            }
+            out
+        };
         let x = values(3 * seq * seq, 10);
-        let mut p = vec![0f32; x.len()];
-        causal_softmax(&x, seq, 0.5, &mut p);
+        let p = softmax(&x);
         for (r, row) in p.chunks(seq).enumerate() {
             let pos = r % seq;
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
             assert!(row[pos + 1..].iter().all(|&v| v == 0.0));
         }
         let grad = values(x.len(), 11);
-        let mut dx = vec![0f32; x.len()];
-        causal_softmax_backward(&p, &grad, seq, 0.5, &mut dx);
-        let f = |x: &[f32]| {
-            let mut out = vec![0f32; x.len()];
-            causal_softmax(x, seq, 0.5, &mut out);
-            out
-        };
-        check_gradient(&x, &grad, f, &dx, 1e-2);
+        let mut dx = grad.clone();
+        for (r, (row, p)) in dx.chunks_mut(seq).zip(p.chunks(seq)).enumerate() {
+            causal_softmax_backward_row(p, row, r % seq + 1, 0.5);
+        }
+        check_gradient(&x, &grad, softmax, &dx, 1e-2);
     }
 
     #[test]

@@ -8,13 +8,13 @@ use super::Precision;
 /// `dst (m × n) = lhs (m × k) · rhs (k × n)`, each operand as (pointer or strides) with
 /// `(row stride, column stride)` in elements.
 #[derive(Clone, Copy)]
-pub(super) struct Product {
-    pub(super) m: usize,
-    pub(super) n: usize,
-    pub(super) k: usize,
-    pub(super) dst: (isize, isize),
-    pub(super) lhs: (*const f32, isize, isize),
-    pub(super) rhs: (*const f32, isize, isize),
+pub(in crate::train) struct Product {
+    pub(in crate::train) m: usize,
+    pub(in crate::train) n: usize,
+    pub(in crate::train) k: usize,
+    pub(in crate::train) dst: (isize, isize),
+    pub(in crate::train) lhs: (*const f32, isize, isize),
+    pub(in crate::train) rhs: (*const f32, isize, isize),
 }
 
 /// gemm on `threads` cores, as candle's own matmul calls it; `read` adds to what `dst`
@@ -23,7 +23,7 @@ pub(super) struct Product {
 /// # Safety
 /// `dst` must have room for the product at its strides, and hold initialised values when
 /// `read`; the operands must be valid at theirs.
-pub(super) unsafe fn gemm_f32(
+pub(in crate::train) unsafe fn gemm_f32(
     p: Product,
     dst: *mut f32,
     read: bool,

@@ -440,3 +440,69 @@ fn gemma3_checkpoint_round_trip(window: usize) {
         "merged {again}, adapted {trained}"
     );
 }
+
+impl LlamaTrainer {
+    /// The loss composed of plain candle ops (the forward pass before the fused ops), the
+    /// reference the fused network is checked against.
+    fn composed_loss(&self, ids: &Tensor, weights: &Tensor) -> candle_core::Result<Tensor> {
+        use ops::composed::*;
+        let (batch, len) = ids.dims2()?;
+        let seq = len - 1;
+        let inputs = ids.narrow(1, 0, seq)?;
+        let targets = ids.narrow(1, 1, seq)?.flatten_all()?;
+        let c = &self.config;
+        let mut xs = self
+            .embed
+            .as_tensor()
+            .index_select(&inputs.flatten_all()?, 0)?;
+        let (cos, sin) = rope_tables(seq, c.head_dim, c.rope_theta, &Device::Cpu)?;
+        let mask = causal_mask(seq, &Device::Cpu)?;
+        for layer in &self.layers {
+            let h = rms_norm(&xs, layer.attn_norm.as_tensor(), c.rms_eps)?;
+            let q = linear(&h, &layer.q)?
+                .reshape((batch, seq, c.num_heads, c.head_dim))?
+                .transpose(1, 2)?;
+            let k = linear(&h, &layer.k)?
+                .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
+                .transpose(1, 2)?;
+            let v = linear(&h, &layer.v)?
+                .reshape((batch, seq, c.num_kv_heads, c.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?;
+            let q = rotate(&q, &cos, &sin)?;
+            let k = rotate(&k, &cos, &sin)?;
+            let group = c.num_heads / c.num_kv_heads;
+            let q = q.reshape((batch, c.num_kv_heads, group * seq, c.head_dim))?;
+            let scores = (q.matmul(&k.t()?)? * (1.0 / (c.head_dim as f64).sqrt()))?
+                .reshape((batch, c.num_kv_heads, group, seq, seq))?
+                .broadcast_add(&mask)?;
+            let probs = softmax(&scores)?.reshape((batch, c.num_kv_heads, group * seq, seq))?;
+            let attended = probs
+                .matmul(&v)?
+                .reshape((batch, c.num_heads, seq, c.head_dim))?
+                .transpose(1, 2)?
+                .reshape((batch * seq, c.num_heads * c.head_dim))?;
+            xs = (xs + linear(&attended, &layer.o)?)?;
+            let h = rms_norm(&xs, layer.ffn_norm.as_tensor(), c.rms_eps)?;
+            let gate = linear(&h, &layer.gate)?;
+            let gated = (silu(&gate)? * linear(&h, &layer.up)?)?;
+            xs = (xs + linear(&gated, &layer.down)?)?;
+        }
+        let xs = rms_norm(&xs, self.final_norm.as_tensor(), c.rms_eps)?;
+        let logits = linear(&xs, self.lm_head.as_ref().unwrap_or(&self.embed))?;
+        let picked = log_softmax(&logits)?
+            .gather(&targets.unsqueeze(1)?, 1)?
+            .squeeze(1)?
+            .reshape((batch, seq))?;
+        let weights = weights.to_dtype(DType::F32)?;
+        let count = weights.sum_all()?.to_scalar::<f32>()?.max(1.0);
+        (picked * weights)?
+            .sum_all()?
+            .affine(-1.0 / count as f64, 0.0)
+    }
+}
+
+/// `x Wᵀ` over rows `(n, in)` through candle's matmul (the composed reference's).
+fn linear(xs: &Tensor, w: &Var) -> candle_core::Result<Tensor> {
+    xs.matmul(&w.as_tensor().t()?)
+}
