@@ -86,9 +86,15 @@ pub(super) unsafe fn scaled_gemm(
     }
 }
 
-/// Rows of gemm's f32 AVX-512 micro-tile: the split's slices start on a tile boundary, so
-/// every value is computed by the same tile as in one call.
-const GEMM_SPLIT_ALIGN: usize = 64;
+/// Rows of one AVX-512 register of f32: the split's slices start on a register boundary.
+/// Each value is the same sum whichever tile computes it (gemm's tiles add along `k` in
+/// the same order; `linear::tests::split_products_are_one_gemms_values` checks it bit for
+/// bit on the trainer's shapes; a 33-row product with `k` = 1100 split in 64-row slices
+/// differed in the last bits, as it did before this split, where gemm takes another path
+/// for so few rows). A split on gemm's 64-row tiles halved 576 outputs (SmolLM2's q, o and down
+/// projections) as 320 + 256 and 192 (k, v) as 128 + 64: the projections ran at 150-180 %
+/// of 2 cores; split on 16 rows, a step at batch 1 × 128 took 10 % less time.
+const GEMM_SPLIT_ALIGN: usize = 16;
 
 /// [`scaled_gemm`] on `threads` cores as that many single-threaded gemms, each on its own
 /// slice of the destination along gemm's row dimension; false (nothing written) when that

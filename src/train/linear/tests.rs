@@ -139,6 +139,11 @@ fn split_products_are_one_gemms_values() {
         (64, 129, 33, true),
         (129, 64, 33, false),
         (40, 100, 17, true),
+        // SmolLM2's q/o (576 outputs) projections, split on 16 rows, and its down
+        // projection (`k` = 1536, which gemm adds in several blocks).
+        (70, 576, 96, true),
+        (128, 576, 1536, true),
+        (576, 70, 50, false),
     ] {
         let lhs = seeded((m, k), 11)
             .flatten_all()
