@@ -88,48 +88,81 @@ unsafe fn product(p: Product, dst: *mut f32) {
     unsafe { gemm_f32(p, dst, false, 1, Precision::F32) }
 }
 
+/// One head's two products around its scores, by blocks of query rows: `scores = rows ·
+/// firstᵀ` over the keys up to the block's end, `each_row(i, scores row i)`, then `out =
+/// scores · second`. `rows` and `out` are the head's `(seq, dim)` rows in a `(batch, seq,
+/// heads, dim)` tensor, `first` and `second` its kv head's in a `(batch, seq, kv_heads,
+/// dim)` one, `scores` its `seq × seq` block. The forward pass runs it on `q`, `k`, `v`
+/// (the softmax between); the backward pass on the output's gradient, `v`, `k` (the
+/// softmax's gradient between, `dq` out).
+///
+/// # Safety
+/// The pointers must address those rows and blocks, and no other thread may write this
+/// head's scores or output rows meanwhile.
+unsafe fn head_products(
+    d: Dims,
+    (rows, first, second): (*const f32, *const f32, *const f32),
+    scores: *mut f32,
+    out: *mut f32,
+    each_row: impl Fn(usize, &mut [f32]),
+) {
+    let (seq, q_row, kv_row) = (d.seq, d.q_row() as isize, d.kv_row() as isize);
+    for r0 in (0..seq).step_by(ROW_BLOCK) {
+        let r1 = (r0 + ROW_BLOCK).min(seq);
+        // SAFETY: rows r0..r1 of the head's scores (keys 0..r1) and output, within the
+        // blocks the caller vouches for.
+        unsafe {
+            product(
+                Product {
+                    m: r1 - r0,
+                    n: r1,
+                    k: d.dim,
+                    dst: (seq as isize, 1),
+                    lhs: (rows.add(r0 * d.q_row()), q_row, 1),
+                    rhs: (first, 1, kv_row),
+                },
+                scores.add(r0 * seq),
+            );
+            for i in r0..r1 {
+                each_row(i, std::slice::from_raw_parts_mut(scores.add(i * seq), seq));
+            }
+            product(
+                Product {
+                    m: r1 - r0,
+                    n: d.dim,
+                    k: r1,
+                    dst: (q_row, 1),
+                    lhs: (scores.add(r0 * seq), seq as isize, 1),
+                    rhs: (second, kv_row, 1),
+                },
+                out.add(r0 * d.q_row()),
+            );
+        }
+    }
+}
+
 /// The output `(batch · seq, heads · dim)` and the probabilities `(batch, heads, seq, seq)`.
 fn forward(d: Dims, q: &[f32], k: &[f32], v: &[f32], scale: f32) -> (Vec<f32>, Vec<f32>) {
-    let (seq, q_row, kv_row) = (d.seq, d.q_row() as isize, d.kv_row() as isize);
-    let mut probs = vec![0f32; d.batch * d.heads * seq * seq];
+    let mut probs = vec![0f32; d.batch * d.heads * d.seq * d.seq];
     let mut out = vec![0f32; q.len()];
     let (probs_out, values_out) = (Shared(probs.as_mut_ptr()), Shared(out.as_mut_ptr()));
     (0..d.batch * d.heads).into_par_iter().for_each(|task| {
         let (b, h) = (task / d.heads, task % d.heads);
-        let (p, kv) = (probs_out.at(d.probs_at(b, h)), d.kv_at(b, h / d.group()));
-        for r0 in (0..seq).step_by(ROW_BLOCK) {
-            let r1 = (r0 + ROW_BLOCK).min(seq);
-            // SAFETY: rows r0..r1 of this head's scores (keys 0..r1) and of its output
-            // columns are this task's alone; the operands are rows of q, k and v at their
-            // strides, within the slices.
-            unsafe {
-                product(
-                    Product {
-                        m: r1 - r0,
-                        n: r1,
-                        k: d.dim,
-                        dst: (seq as isize, 1),
-                        lhs: (q[d.q_at(b, h) + r0 * d.q_row()..].as_ptr(), q_row, 1),
-                        rhs: (k[kv..].as_ptr(), 1, kv_row),
-                    },
-                    p.add(r0 * seq),
-                );
-                for i in r0..r1 {
-                    let row = std::slice::from_raw_parts_mut(p.add(i * seq), seq);
-                    k::causal_softmax_row(row, i + 1, scale);
-                }
-                product(
-                    Product {
-                        m: r1 - r0,
-                        n: d.dim,
-                        k: r1,
-                        dst: (q_row, 1),
-                        lhs: (p.add(r0 * seq), seq as isize, 1),
-                        rhs: (v[kv..].as_ptr(), kv_row, 1),
-                    },
-                    values_out.at(d.q_at(b, h) + r0 * d.q_row()),
-                );
-            }
+        let kv = d.kv_at(b, h / d.group());
+        // SAFETY: this task alone writes head `h` of sequence `b` (its probabilities and
+        // output columns); q, k and v hold the rows the offsets address.
+        unsafe {
+            head_products(
+                d,
+                (
+                    q[d.q_at(b, h)..].as_ptr(),
+                    k[kv..].as_ptr(),
+                    v[kv..].as_ptr(),
+                ),
+                probs_out.at(d.probs_at(b, h)),
+                values_out.at(d.q_at(b, h)),
+                |i, row| k::causal_softmax_row(row, i + 1, scale),
+            )
         }
     });
     (out, probs)
@@ -143,7 +176,7 @@ fn backward(
     grad: &[f32],
     scale: f32,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let (seq, q_row, kv_row) = (d.seq, d.q_row() as isize, d.kv_row() as isize);
+    let (seq, kv_row) = (d.seq, d.kv_row() as isize);
     // Per head: the scores' gradient (from the probabilities' `grad · vᵀ`), then `dq`.
     let mut ds = vec![0f32; probs.len()];
     let mut dq = vec![0f32; q.len()];
@@ -151,40 +184,21 @@ fn backward(
     (0..d.batch * d.heads).into_par_iter().for_each(|task| {
         let (b, h) = (task / d.heads, task % d.heads);
         let (at, kv) = (d.probs_at(b, h), d.kv_at(b, h / d.group()));
-        let s = ds_out.at(at);
-        for r0 in (0..seq).step_by(ROW_BLOCK) {
-            let r1 = (r0 + ROW_BLOCK).min(seq);
-            // SAFETY: rows r0..r1 of this head's score gradients and of its `dq` columns
-            // are this task's alone; the operands lie within their slices.
-            unsafe {
-                product(
-                    Product {
-                        m: r1 - r0,
-                        n: r1,
-                        k: d.dim,
-                        dst: (seq as isize, 1),
-                        lhs: (grad[d.q_at(b, h) + r0 * d.q_row()..].as_ptr(), q_row, 1),
-                        rhs: (v[kv..].as_ptr(), 1, kv_row),
-                    },
-                    s.add(r0 * seq),
-                );
-                for i in r0..r1 {
-                    let row = std::slice::from_raw_parts_mut(s.add(i * seq), seq);
-                    let p = &probs[at + i * seq..at + (i + 1) * seq];
-                    k::causal_softmax_backward_row(p, row, i + 1, scale);
-                }
-                product(
-                    Product {
-                        m: r1 - r0,
-                        n: d.dim,
-                        k: r1,
-                        dst: (q_row, 1),
-                        lhs: (s.add(r0 * seq), seq as isize, 1),
-                        rhs: (k[kv..].as_ptr(), kv_row, 1),
-                    },
-                    dq_out.at(d.q_at(b, h) + r0 * d.q_row()),
-                );
-            }
+        let probs_row = |i: usize| &probs[at + i * seq..at + (i + 1) * seq];
+        // SAFETY: this task alone writes head `h` of sequence `b` (its score gradients
+        // and `dq` columns); grad, v and k hold the rows the offsets address.
+        unsafe {
+            head_products(
+                d,
+                (
+                    grad[d.q_at(b, h)..].as_ptr(),
+                    v[kv..].as_ptr(),
+                    k[kv..].as_ptr(),
+                ),
+                ds_out.at(at),
+                dq_out.at(d.q_at(b, h)),
+                |i, row| k::causal_softmax_backward_row(probs_row(i), row, i + 1, scale),
+            )
         }
     });
     // Per kv head: `dk = dsᵀ q` and `dv = pᵀ grad`, each one product over its group's
