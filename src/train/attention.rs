@@ -9,6 +9,8 @@
 //! adds): the attention ran at 150–158 % of 2 cores where the projections ran at 185 %
 //! (`contaminate`, batch 4 × 256). The values are the ones those ops computed: the same dot
 //! products summed in the same order (the causal half leaves out only products with zero).
+//! Gemma 3's sliding layers longer than their window compose candle ops
+//! ([`sliding_attention`]).
 
 use std::sync::Mutex;
 
@@ -18,7 +20,6 @@ use tabcontam_kernels::train as k;
 
 use super::linear::products::{Product, gemm_f32};
 use super::linear::{Precision, slice, with_values};
-use super::ops;
 
 /// Query rows per block of a head's products: rows `r0..r1` meet keys `0..r1` only.
 const ROW_BLOCK: usize = 64;
@@ -360,7 +361,8 @@ pub fn attention(
 }
 
 /// [`attention`] where each position sees only itself and the `window − 1` before it
-/// (Gemma 3's sliding layers on windows longer than the slide), composed of candle ops.
+/// (Gemma 3's sliding layers on windows longer than the slide), composed of candle ops
+/// (differentiable as they are); the causal op serves every shorter window.
 pub fn sliding_attention(
     q: &Tensor,
     k: &Tensor,
@@ -370,8 +372,37 @@ pub fn sliding_attention(
     window: usize,
 ) -> candle_core::Result<Tensor> {
     let (batch, seq, heads, dim) = q.dims4()?;
-    let probs = ops::sliding_attention_probs(q, k, kv_heads, scale, window)?;
-    let v = v.transpose(1, 2)?.contiguous()?;
+    let group = heads / kv_heads;
+    let q = q
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((batch, kv_heads, group * seq, dim))?;
+    let (k, v) = (
+        k.transpose(1, 2)?.contiguous()?,
+        v.transpose(1, 2)?.contiguous()?,
+    );
+    let band: Vec<f32> = (0..seq)
+        .flat_map(|i| {
+            (0..seq).map(move |j| {
+                if j <= i && i - j < window {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+        })
+        .collect();
+    let band = Tensor::from_vec(band, (seq, seq), q.device())?;
+    let scores = (q.matmul(&k.t()?)? * scale)?
+        .reshape((batch, kv_heads, group, seq, seq))?
+        .broadcast_add(&band)?;
+    // The diagonal is always visible, so every row's maximum is finite; softmax does not
+    // depend on the shift, which therefore needs no gradient.
+    let max = scores.max_keepdim(candle_core::D::Minus1)?.detach();
+    let exp = scores.broadcast_sub(&max)?.exp()?;
+    let probs = exp
+        .broadcast_div(&exp.sum_keepdim(candle_core::D::Minus1)?)?
+        .reshape((batch, kv_heads, group * seq, seq))?;
     probs
         .matmul(&v)?
         .reshape((batch, heads, seq, dim))?

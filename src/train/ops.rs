@@ -85,49 +85,6 @@ pub fn rms_norm(xs: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor
         .apply_op2(&w.contiguous()?, RmsNorm { eps: eps as f32 })
 }
 
-/// Attention probabilities of rotated `q` `(batch, seq, heads, dim)` and `k` `(batch, seq,
-/// kv_heads, dim)` when each position sees only itself and the `window − 1` before it
-/// (Gemma 3's sliding layers on windows longer than the slide), in the layout of
-/// `(batch, kv_heads, group · seq, seq)` (`attention.rs` multiplies them by the values).
-/// Composed of plain candle ops (differentiable as they are); the fused causal op
-/// (`attention.rs`) serves every shorter window.
-pub fn sliding_attention_probs(
-    q: &Tensor,
-    k: &Tensor,
-    kv_heads: usize,
-    scale: f64,
-    window: usize,
-) -> candle_core::Result<Tensor> {
-    let (batch, seq, heads, dim) = q.dims4()?;
-    let group = heads / kv_heads;
-    let q = q
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape((batch, kv_heads, group * seq, dim))?;
-    let k = k.transpose(1, 2)?.contiguous()?;
-    let band: Vec<f32> = (0..seq)
-        .flat_map(|i| {
-            (0..seq).map(move |j| {
-                if j <= i && i - j < window {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                }
-            })
-        })
-        .collect();
-    let band = Tensor::from_vec(band, (seq, seq), q.device())?;
-    let scores = (q.matmul(&k.t()?)? * scale)?
-        .reshape((batch, kv_heads, group, seq, seq))?
-        .broadcast_add(&band)?;
-    // The diagonal is always visible, so every row's maximum is finite; softmax does not
-    // depend on the shift, which therefore needs no gradient.
-    let max = scores.max_keepdim(candle_core::D::Minus1)?.detach();
-    let exp = scores.broadcast_sub(&max)?.exp()?;
-    let probs = exp.broadcast_div(&exp.sum_keepdim(candle_core::D::Minus1)?)?;
-    probs.reshape((batch, kv_heads, group * seq, seq))
-}
-
 /// A gated MLP's product `act(gate) · up`, forward and backward one parallel pass each:
 /// SwiGLU (`silu`, llama) or GeGLU (the tanh GELU, Gemma 3). Composed, candle ran Gemma's
 /// GELU and its backward pass's nine elementwise ops (powers, tanh, products) on one core,
