@@ -476,6 +476,11 @@ impl LayerCache {
         self.k.dim(2).unwrap_or(0)
     }
 
+    /// The keys and values, `(batch, kv_heads, capacity, head_dim)` each.
+    pub fn tensors(&self) -> (&Tensor, &Tensor) {
+        (&self.k, &self.v)
+    }
+
     /// Writes `k`, `v` at `offset` and returns the views over `[0, offset + new)`. The
     /// cache grows (by a quarter) when the sequences outrun it: generations are sized
     /// for what they produce, not for their token budget.

@@ -44,6 +44,7 @@ pub mod files;
 pub mod generate;
 pub mod layers;
 pub mod memory;
+pub mod prefill_attention;
 pub mod qmatmul;
 pub mod score;
 pub mod shared_prefill;

@@ -11,6 +11,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::decoder::{DecoderModel, LayerAttention};
 use super::layers::{CResult, LayerCache, attention};
+use super::prefill_attention::{self, Queries};
 
 /// Packed prompt tokens per forward pass: bounds the activations and score matrices of a
 /// micro-batch of long prompts.
@@ -191,23 +192,48 @@ pub(super) fn prefill(
                 .flat_map(|s| (s.start..s.end).map(|p| p as u32))
                 .collect::<Vec<u32>>(),
         ];
-        let masks = pass
+        let mut packed = 0;
+        let queries: Vec<Queries> = pass
             .iter()
-            .map(|&s| {
-                let mask = |window| segment_mask(s, window, group, model.device(), model.dtype());
-                // The sliding mask only for models with windowed layers, which alone use it.
-                let sliding = match model.sliding_window() {
-                    Some(window) => mask(Some(window))?,
-                    None => None,
+            .map(|s| {
+                let q = Queries {
+                    row: s.row,
+                    pad: pads[s.row],
+                    start: s.start,
+                    end: s.end,
+                    packed,
                 };
-                Ok((mask(None)?, sliding))
+                packed += s.end - s.start;
+                q
             })
-            .collect::<CResult<Vec<_>>>()?;
+            .collect();
+        let packed_path = |window: Option<usize>| {
+            let model_kind = (model.device(), model.dtype());
+            prefill_attention::applies(model_kind, softcap, window, &queries)
+        };
+        // Masks only for the layers that compose candle's ops.
+        let masks =
+            if packed_path(None) && model.sliding_window().is_none_or(|w| packed_path(Some(w))) {
+                Vec::new()
+            } else {
+                pass.iter()
+                    .map(|&s| {
+                        let mask =
+                            |window| segment_mask(s, window, group, model.device(), model.dtype());
+                        // The sliding mask only for models with windowed layers, which alone use it.
+                        let sliding = match model.sliding_window() {
+                            Some(window) => mask(Some(window))?,
+                            None => None,
+                        };
+                        Ok((mask(None)?, sliding))
+                    })
+                    .collect::<CResult<Vec<_>>>()?
+            };
         let mut attend = |call: LayerAttention| -> CResult<Tensor> {
-            let mut outputs = Vec::with_capacity(pass.len());
-            let mut packed = 0;
-            for (segment, (full, sliding)) in pass.iter().zip(&masks) {
-                let (row, pad) = (segment.row, pads[segment.row]);
+            // Every prompt's keys and values into the cache first (what it inherits, then
+            // its own): a prompt reads only its own sequence's slots.
+            for (segment, at) in pass.iter().zip(&queries) {
+                let (row, pad) = (segment.row, at.pad);
                 let (source, shared) = inherits[row];
                 if segment.start == shared && shared > 0 {
                     match source {
@@ -230,17 +256,22 @@ pub(super) fn prefill(
                     }
                 }
                 let len = segment.end - segment.start;
-                let q = call.q.narrow(2, packed, len)?;
-                let k = call.k.narrow(2, packed, len)?;
-                let v = call.v.narrow(2, packed, len)?;
+                let k = call.k.narrow(2, at.packed, len)?;
+                let v = call.v.narrow(2, at.packed, len)?;
                 call.cache.write_row(row, pad + segment.start, &k, &v)?;
-                let (keys, values) = call.cache.row_view(row, pad..pad + segment.end)?;
+            }
+            if packed_path(call.window) {
+                return prefill_attention::attention(call.q, call.cache, &queries, scale as f32);
+            }
+            let mut outputs = Vec::with_capacity(pass.len());
+            for (at, (full, sliding)) in queries.iter().zip(&masks) {
+                let q = call.q.narrow(2, at.packed, at.end - at.start)?;
+                let (keys, values) = call.cache.row_view(at.row, at.pad..at.pad + at.end)?;
                 let mask = match call.window {
                     Some(_) => sliding.as_ref(),
                     None => full.as_ref(),
                 };
                 outputs.push(attention(&q, &keys, &values, mask, scale, softcap, None)?);
-                packed += len;
             }
             Tensor::cat(&outputs, 2)
         };

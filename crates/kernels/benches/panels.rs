@@ -86,6 +86,14 @@ fn main() {
                     gemm / seconds
                 );
             }
+            // The kernel alone, as a prefill runs it: weights laid out once, activations
+            // quantized once.
+            let laid_out = vnni::LaidOut::new(Blocks::Q4_1, &data, n, k);
+            let xs = Activations::quantize(&lhs, k);
+            let seconds = seconds_per_call(|| {
+                let _ = laid_out.matmul_with(false, &xs, rows);
+            });
+            line += &format!(", laid out {:.0} G/s", macs / seconds / 1e9);
         }
         println!("{line}");
     }

@@ -76,10 +76,12 @@ pub fn decode(
     } = shape;
     let group = heads / kv_heads;
     let mut out = vec![0f32; batch * heads * tq * head_dim];
+    let level = crate::cpu::isa();
     let head = |(index, output): (usize, &mut [f32])| {
         let (b, h) = (index / heads, index % heads);
         let kv = h / group;
         let mut scores = vec![0f32; tk];
+        let mut probs = vec![0f32; tk];
         for (t, output) in output.chunks_exact_mut(head_dim).enumerate() {
             let query = &queries[((b * heads + h) * tq + t) * head_dim..][..head_dim];
             let mask_row = mask.map(|m| {
@@ -90,38 +92,30 @@ pub fn decode(
                 };
                 &m.values[(b * m.rows + row) * tk..][..tk]
             });
-            let mut max = f32::NEG_INFINITY;
             for (j, score) in scores.iter_mut().enumerate() {
                 // A masked key (the padding before a short prompt, all but itself for a
-                // finished row) costs no dot product.
+                // finished row) costs no dot product: the mask's −∞ decides its score.
                 if let Some(row) = mask_row
                     && row[j] == f32::NEG_INFINITY
                 {
-                    *score = f32::NEG_INFINITY;
+                    *score = 0.0;
                     continue;
                 }
-                let mut s = dot(query, keys.row(b, kv, j, head_dim)) * scale;
+                *score = dot(query, keys.row(b, kv, j, head_dim));
                 if let Some(cap) = softcap {
-                    s = (s / cap).tanh() * cap;
+                    *score = (*score * scale / cap).tanh() * cap;
                 }
-                if let Some(row) = mask_row {
-                    s += row[j];
-                }
-                *score = s;
-                max = max.max(s);
             }
-            let mut total = 0f32;
-            for score in scores.iter_mut() {
-                *score = (*score - max).exp();
-                total += *score;
-            }
-            for (j, &p) in scores.iter().enumerate() {
+            // Scale, mask and softmax in one pass, vectorized where the CPU allows (libm's
+            // `expf` once per key was a third of this kernel's time).
+            let scale = if softcap.is_some() { 1.0 } else { scale };
+            softmax_row(level, &scores, scale, mask_row, &mut probs);
+            for (j, &p) in probs.iter().enumerate() {
                 if p == 0.0 {
                     continue;
                 }
-                let weight = p / total;
                 for (o, &x) in output.iter_mut().zip(values.row(b, kv, j, head_dim)) {
-                    *o += weight * x;
+                    *o += p * x;
                 }
             }
         }
@@ -201,6 +195,18 @@ pub fn masked_softmax(
     } else {
         run(0, scores, out);
     }
+}
+
+/// `softmax(scale · row)` into `out` (as long as `row`): one row of [`masked_softmax`]
+/// without a mask, for callers that hand it only the keys a query sees (a causal row's
+/// first keys), with the same values as the masked row has there.
+pub fn softmax(row: &[f32], scale: f32, out: &mut [f32]) {
+    assert_eq!(
+        row.len(),
+        out.len(),
+        "scores and probabilities differ in size"
+    );
+    softmax_row(crate::cpu::isa(), row, scale, None, out);
 }
 
 fn softmax_row(
