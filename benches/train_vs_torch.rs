@@ -52,6 +52,19 @@ fn setting(name: &str, default: usize) -> usize {
 }
 
 /// Peak resident memory of this process (`VmHWM` of /proc/self/status), in bytes.
+/// CPU seconds of every thread of this process so far (user and system, `getrusage`), as
+/// Python's `time.process_time` counts them on the other side.
+fn process_cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes the whole struct it is given.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -96,13 +109,16 @@ fn ours(model_dir: &Path, windows_path: &Path) {
     };
     run_step(&batches[0]); // warm-up, as on PyTorch's side
     let started = Instant::now();
+    let cpu_started = process_cpu_seconds();
     let losses: Vec<f32> = batches[1..].iter().map(&mut run_step).collect();
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = process_cpu_seconds() - cpu_started;
     let tokens = (batches.len() - 1) * batch * seq;
     println!(
         "{}",
         json!({
             "tokens_per_s": tokens as f64 / seconds,
+            "cpu_percent": 100.0 * cpu_seconds / seconds,
             "losses": losses,
             "parameters": model.parameter_count(),
             "trainable": model.trainable_count(),
@@ -241,15 +257,19 @@ fn race(name: &str, shape: &LlamaShape, python: &str) {
             Precision::Bf16 => "bf16 (ours: bf16 products, f32 sums; PyTorch: bf16 autocast)",
         }
     );
+    // CPU time of the whole process over the timed steps, against their wall time.
+    let cpu = |v: &Value| v["cpu_percent"].as_f64().unwrap_or(f64::NAN);
     println!(
-        "  tabcontam (candle) {:>8.1} tokens/s  peak RSS {}  losses {}",
+        "  tabcontam (candle) {:>8.1} tokens/s  CPU {:>4.0} %  peak RSS {}  losses {}",
         speed(&ours),
+        cpu(&ours),
         rss(&ours),
         ours["losses"]
     );
     println!(
-        "  PyTorch            {:>8.1} tokens/s  peak RSS {}  losses {}",
+        "  PyTorch            {:>8.1} tokens/s  CPU {:>4.0} %  peak RSS {}  losses {}",
         speed(&theirs),
+        cpu(&theirs),
         rss(&theirs),
         theirs["losses"]
     );

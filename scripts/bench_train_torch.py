@@ -55,13 +55,16 @@ def main():
 
     step(windows[0])  # warm-up
     started = time.perf_counter()
+    cpu_started = time.process_time()  # every thread of the process, user and system
     tokens = 0
     losses = []
     for batch in windows[1:1 + int(steps)]:
         losses.append(step(batch))
         tokens += len(batch) * (len(batch[0]) - 1)
     seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
     print(json.dumps({"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                      "cpu_percent": 100 * cpu_seconds / seconds,
                       "losses": losses,
                       # ru_maxrss is in KiB on Linux.
                       "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
