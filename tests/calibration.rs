@@ -465,6 +465,10 @@ fn a_killed_contaminate_resumes_and_writes_the_uninterrupted_checkpoint() {
         log.contains("kept the state after epoch 6"),
         "the final state stays: {log}"
     );
+    // It holds the optimizer's moments; its weights are the last checkpoint's.
+    let final_state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(final_state["weights_in"]["checkpoint"], "epoch-006");
 
     // Two epochs more: continued from the final state, the same checkpoint and loss log as
     // eight epochs from the start.
@@ -490,6 +494,28 @@ fn a_killed_contaminate_resumes_and_writes_the_uninterrupted_checkpoint() {
         "continuing a finished series differs from training it longer"
     );
     assert_eq!(steps(&killed), steps(&longer));
+
+    // A checkpoint changed after the final state named it is not continued from: a one-line
+    // error naming it and the fix, and no epoch trained.
+    let weights = last(&whole);
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let end = bytes.len() - 1;
+    bytes[end] ^= 1;
+    std::fs::write(&weights, bytes).unwrap();
+    let refused = contaminate_epochs(&whole, "8").output().unwrap();
+    let log = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{log}");
+    let error = log
+        .lines()
+        .find(|l| l.contains("error"))
+        .unwrap_or_default();
+    assert!(
+        error.contains("epoch-006")
+            && error.contains("has changed since")
+            && error.contains("delete"),
+        "{log}"
+    );
+    assert!(!whole.join("epoch-007").exists(), "{log}");
 }
 
 /// `--lr-schedule cosine` decays the learning rate over the series: the weights differ from

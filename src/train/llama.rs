@@ -420,7 +420,7 @@ impl LlamaTrainer {
             let context = format!("writing {}", path.display());
             move |source| TrainError::Candle { context, source }
         };
-        let weights = dir.join("model.safetensors");
+        let weights = dir.join(super::CHECKPOINT_WEIGHTS);
         let mut tensors: HashMap<String, Tensor> = self
             .named_vars()
             .into_iter()

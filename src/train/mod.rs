@@ -52,6 +52,8 @@ use resume::Position;
 pub const MANIFEST_FILE: &str = "tabcontam-manifest.json";
 /// The loss of every optimizer step, in the series folder.
 pub const LOSS_FILE: &str = "loss.csv";
+/// A checkpoint's weights, in its folder.
+pub const CHECKPOINT_WEIGHTS: &str = "model.safetensors";
 /// Version of the manifest layout and of what the inputs digest covers.
 pub const MANIFEST_FORMAT: u32 = 1;
 
@@ -502,6 +504,7 @@ pub fn build_checkpoints(
                     epoch_loss,
                     epoch_targets,
                     seconds,
+                    weights_in: None,
                 };
                 heap::outside_the_kept_heap(|| {
                     resume::save(&settings.out, &position, &model, &optimizer)
@@ -581,6 +584,18 @@ pub fn build_checkpoints(
         epoch_loss: last_epoch_loss.0,
         epoch_targets: last_epoch_loss.1,
         seconds: earlier_seconds + started.elapsed().as_secs_f64(),
+        // Full fine-tuning's final weights are the last checkpoint's, written by this run:
+        // the state names it instead of holding a second copy.
+        weights_in: checkpoints
+            .last()
+            .filter(|c| !c.reused && c.manifest.epoch == settings.epochs && model.lora().is_none())
+            .and_then(|c| {
+                let name = c.dir.file_name()?.to_str()?.to_string();
+                Some(resume::WeightsIn {
+                    checkpoint: name,
+                    revision: c.manifest.revision.clone(),
+                })
+            }),
     };
     if settings.lr_schedule != schedule::LrSchedule::Constant {
         // A decayed series cannot be continued (its epochs are inputs): the state would
@@ -592,9 +607,16 @@ pub fn build_checkpoints(
     } else if resumed.as_ref().map(|p| p.step) != Some(step) {
         heap::outside_the_kept_heap(|| resume::save(&settings.out, &position, &model, &optimizer))?;
         progress(&format!(
-            "kept the state after epoch {} in {}: more epochs of these inputs continue from it (delete it to free the space)",
+            "kept the state after epoch {} in {}{}: more epochs of these inputs continue from it (delete it to free the space)",
             settings.epochs,
-            resume::resume_dir(&settings.out).display()
+            resume::resume_dir(&settings.out).display(),
+            match &position.weights_in {
+                Some(place) => format!(
+                    " (the optimizer's moments; the weights are {}'s)",
+                    place.checkpoint
+                ),
+                None => String::new(),
+            }
         ));
     }
     Ok(checkpoints)

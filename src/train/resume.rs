@@ -4,6 +4,10 @@
 //! and writes the same checkpoints an uninterrupted run writes (the data order is a
 //! function of the seed and the epoch, so the steps left are the same steps); a finished
 //! series asked for more epochs of the same inputs continues from its final state.
+//!
+//! The final state of a full fine-tuning holds the optimizer's moments only: its weights
+//! are the last checkpoint's, read from there (checked against the checkpoint's revision)
+//! rather than written twice (Gemma 3 270M: 1 GB of its 3.2 GB state, per series).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::TrainError;
 use super::llama::LlamaTrainer;
 use super::optimizer::AdamW;
+use crate::infer::files::{ModelFiles, weights_digest};
 
 /// The folder of the resume state inside a series folder.
 pub const RESUME_DIR: &str = "resume";
@@ -36,6 +41,17 @@ pub struct Position {
     pub epoch_targets: f64,
     /// Training seconds before the save (tokens/s and the ETA count from the first start).
     pub seconds: f64,
+    /// Where the weights are when the state does not hold them: a checkpoint of the series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_in: Option<WeightsIn>,
+}
+
+/// A checkpoint folder of the series (by its name) whose weights are the state's, with the
+/// revision they had when the state was saved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightsIn {
+    pub checkpoint: String,
+    pub revision: String,
 }
 
 pub fn resume_dir(series: &Path) -> PathBuf {
@@ -59,8 +75,10 @@ pub fn save(
     let mut tensors = optimizer
         .moments()
         .map_err(super::candle_err("saving the optimizer state"))?;
-    for (name, var) in model.trainable_vars() {
-        tensors.insert(format!("param.{name}"), var.as_tensor().clone());
+    if position.weights_in.is_none() {
+        for (name, var) in model.trainable_vars() {
+            tensors.insert(format!("param.{name}"), var.as_tensor().clone());
+        }
     }
     let tensors_path = partial.join(TENSORS_FILE);
     candle_core::safetensors::save(&tensors, &tensors_path).map_err(super::candle_err(format!(
@@ -139,17 +157,46 @@ pub fn restore(
     };
     let tensors: HashMap<String, Tensor> = candle_core::safetensors::load(&path, &Device::Cpu)
         .map_err(|e| bad(format!("unreadable resume state ({e})")))?;
+    let (weights, prefix) = match &position.weights_in {
+        Some(place) => (checkpoint_weights(series, place).map_err(bad)?, ""),
+        None => (tensors.clone(), "param."),
+    };
     for (name, var) in model.trainable_vars() {
-        let key = format!("param.{name}");
-        let saved = tensors
+        let key = format!("{prefix}{name}");
+        let saved = weights
             .get(&key)
-            .ok_or_else(|| bad(format!("the resume state lacks `{key}`")))?;
+            .ok_or_else(|| bad(format!("the resume state's weights lack `{key}`")))?;
         var.set(saved)
             .map_err(|e| bad(format!("`{key}` does not fit the model ({e})")))?;
     }
     optimizer
         .restore(&tensors, position.step as u64)
         .map_err(bad)
+}
+
+/// The weights of the checkpoint `place` names, after checking that its files still have
+/// the revision the state was saved with (a checkpoint changed since would resume other
+/// weights than the ones trained).
+fn checkpoint_weights(series: &Path, place: &WeightsIn) -> Result<HashMap<String, Tensor>, String> {
+    let dir = series.join(&place.checkpoint);
+    let changed = |detail: String| {
+        format!(
+            "its weights are those of checkpoint {} (revision {}), which {detail}",
+            dir.display(),
+            place.revision
+        )
+    };
+    let files = ModelFiles::locate(&dir).map_err(|e| changed(format!("is unreadable ({e})")))?;
+    let revision = weights_digest(&files.identity_files())
+        .map_err(|e| changed(format!("is unreadable ({e})")))?;
+    if revision != place.revision {
+        return Err(changed(format!(
+            "has changed since (revision {revision} now)"
+        )));
+    }
+    let path = dir.join(super::CHECKPOINT_WEIGHTS);
+    candle_core::safetensors::load(&path, &Device::Cpu)
+        .map_err(|e| changed(format!("cannot be read ({e})")))
 }
 
 /// `loss.csv`, keeping the lines of the first `keep_steps` steps (those a resumed run does
