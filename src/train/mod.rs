@@ -24,6 +24,7 @@ pub mod ops;
 pub mod optimizer;
 pub mod resume;
 pub mod schedule;
+pub mod state_file;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -572,9 +573,6 @@ pub fn build_checkpoints(
             reused: false,
         });
     }
-    // The state at the end stays: a larger dose of the same inputs (more epochs) continues
-    // from it rather than training from the start, and writes what an uninterrupted run
-    // would (the data order depends on the seed and the epoch only).
     let position = Position {
         inputs_digest: inputs_digest.clone(),
         epoch: settings.epochs,
@@ -584,40 +582,21 @@ pub fn build_checkpoints(
         epoch_loss: last_epoch_loss.0,
         epoch_targets: last_epoch_loss.1,
         seconds: earlier_seconds + started.elapsed().as_secs_f64(),
-        // Full fine-tuning's final weights are the last checkpoint's, written by this run:
-        // the state names it instead of holding a second copy.
-        weights_in: checkpoints
-            .last()
-            .filter(|c| !c.reused && c.manifest.epoch == settings.epochs && model.lora().is_none())
-            .and_then(|c| {
-                let name = c.dir.file_name()?.to_str()?.to_string();
-                Some(resume::WeightsIn {
-                    checkpoint: name,
-                    revision: c.manifest.revision.clone(),
-                })
-            }),
+        weights_in: None,
     };
-    if settings.lr_schedule != schedule::LrSchedule::Constant {
-        // A decayed series cannot be continued (its epochs are inputs): the state would
-        // only take space.
-        let dir = resume::resume_dir(&settings.out);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
-        }
-    } else if resumed.as_ref().map(|p| p.step) != Some(step) {
-        heap::outside_the_kept_heap(|| resume::save(&settings.out, &position, &model, &optimizer))?;
-        progress(&format!(
-            "kept the state after epoch {} in {}{}: more epochs of these inputs continue from it (delete it to free the space)",
-            settings.epochs,
-            resume::resume_dir(&settings.out).display(),
-            match &position.weights_in {
-                Some(place) => format!(
-                    " (the optimizer's moments; the weights are {}'s)",
-                    place.checkpoint
-                ),
-                None => String::new(),
-            }
-        ));
+    let trained = resumed.as_ref().map(|p| p.step) != Some(step);
+    let constant_rate = settings.lr_schedule == schedule::LrSchedule::Constant;
+    let last = checkpoints.last();
+    let kept = resume::keep_final(
+        &settings.out,
+        (constant_rate, trained),
+        position,
+        last,
+        &model,
+        &optimizer,
+    )?;
+    if let Some(line) = kept {
+        progress(&line);
     }
     Ok(checkpoints)
 }

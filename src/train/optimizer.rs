@@ -7,8 +7,9 @@ use std::collections::HashMap;
 
 use std::cell::RefCell;
 
+use super::state_file::Entry;
 use candle_core::backprop::GradStore;
-use candle_core::{CpuStorage, Device, InplaceOp2, Layout, Tensor, Var, bail};
+use candle_core::{CpuStorage, InplaceOp2, Layout, Tensor, Var, bail};
 use tabcontam_kernels::adamw::{AdamWStep, adamw_update, sum_of_squares};
 
 /// AdamW's settings (PyTorch's defaults but the learning rate and weight decay).
@@ -166,16 +167,19 @@ impl AdamW {
         Ok(sum.sqrt())
     }
 
-    /// The moments as tensors named `m.<weight>` and `v.<weight>` (for a resume state).
-    pub fn moments(&self) -> candle_core::Result<HashMap<String, Tensor>> {
-        let mut out = HashMap::new();
+    /// The moments named `m.<weight>` and `v.<weight>`, as they lie (for a resume state).
+    pub fn moments(&self) -> Vec<Entry<'_>> {
+        let mut out = Vec::with_capacity(2 * self.vars.len());
         for (i, (name, var)) in self.vars.iter().enumerate() {
             for (prefix, buffer) in [("m", &self.m[i]), ("v", &self.v[i])] {
-                let tensor = Tensor::from_slice(buffer, var.shape(), &Device::Cpu)?;
-                out.insert(format!("{prefix}.{name}"), tensor);
+                out.push(Entry {
+                    name: format!("{prefix}.{name}"),
+                    shape: var.dims().to_vec(),
+                    values: buffer,
+                });
             }
         }
-        Ok(out)
+        out
     }
 
     /// Restores moments saved by [`AdamW::moments`] after `steps` updates.
@@ -207,6 +211,7 @@ impl AdamW {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Device;
     use candle_core::backprop::GradStore;
 
     fn grads_of(vars: &[Var], scale: f64) -> GradStore {

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::TrainError;
 use super::llama::LlamaTrainer;
+use super::manifest::Checkpoint;
 use super::optimizer::AdamW;
+use super::state_file::{self, Entry};
 use crate::infer::files::{ModelFiles, weights_digest};
 
 /// The folder of the resume state inside a series folder.
@@ -72,19 +74,22 @@ pub fn save(
         std::fs::remove_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
     }
     std::fs::create_dir_all(&partial).map_err(|e| TrainError::io(&partial, e))?;
-    let mut tensors = optimizer
-        .moments()
-        .map_err(super::candle_err("saving the optimizer state"))?;
-    if position.weights_in.is_none() {
-        for (name, var) in model.trainable_vars() {
-            tensors.insert(format!("param.{name}"), var.as_tensor().clone());
-        }
-    }
+    let vars = match position.weights_in {
+        Some(_) => Vec::new(),
+        None => model.trainable_vars(),
+    };
+    let tensors: Vec<&Tensor> = vars.iter().map(|(_, var)| var.as_tensor()).collect();
     let tensors_path = partial.join(TENSORS_FILE);
-    candle_core::safetensors::save(&tensors, &tensors_path).map_err(super::candle_err(format!(
-        "writing {}",
-        tensors_path.display()
-    )))?;
+    state_file::with_values(&tensors, |values| {
+        let mut entries = optimizer.moments();
+        entries.extend(vars.iter().zip(values).map(|((name, var), values)| Entry {
+            name: format!("param.{name}"),
+            shape: var.dims().to_vec(),
+            values,
+        }));
+        state_file::write(&tensors_path, &entries)
+    })
+    .map_err(|e| TrainError::io(&tensors_path, e))?;
     let state_path = partial.join(STATE_FILE);
     std::fs::write(
         &state_path,
@@ -103,6 +108,54 @@ pub fn save(
         std::fs::remove_dir_all(&old).map_err(|e| TrainError::io(&old, e))?;
     }
     Ok(())
+}
+
+/// The state at the end of a series (`position`, after its last epoch): kept when the
+/// learning rate is constant and this run trained, so that a larger dose of the same inputs
+/// (more epochs) continues from it rather than training from the start, and writes what an
+/// uninterrupted run would (the data order depends on the seed and the epoch only); removed
+/// under a decaying rate, whose series cannot be continued (its epochs are inputs). Under
+/// full fine-tuning the weights are `last`'s, the checkpoint this run just wrote: the state
+/// names it instead of holding a second copy. Returns the line to report.
+pub(super) fn keep_final(
+    series: &Path,
+    (constant_rate, trained): (bool, bool),
+    mut position: Position,
+    last: Option<&Checkpoint>,
+    model: &LlamaTrainer,
+    optimizer: &AdamW,
+) -> Result<Option<String>, TrainError> {
+    let dir = resume_dir(series);
+    if !constant_rate {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        }
+        return Ok(None);
+    }
+    if !trained {
+        return Ok(None);
+    }
+    position.weights_in = last
+        .filter(|c| !c.reused && c.manifest.epoch == position.epoch && model.lora().is_none())
+        .and_then(|c| {
+            Some(WeightsIn {
+                checkpoint: c.dir.file_name()?.to_str()?.to_string(),
+                revision: c.manifest.revision.clone(),
+            })
+        });
+    super::heap::outside_the_kept_heap(|| save(series, &position, model, optimizer))?;
+    let weights = match &position.weights_in {
+        Some(place) => format!(
+            " (the optimizer's moments; the weights are {}'s)",
+            place.checkpoint
+        ),
+        None => String::new(),
+    };
+    Ok(Some(format!(
+        "kept the state after epoch {} in {}{weights}: more epochs of these inputs continue from it (delete it to free the space)",
+        position.epoch,
+        dir.display(),
+    )))
 }
 
 /// The saved position of `series` (`None` when nothing was saved). A state of other inputs
