@@ -1,7 +1,8 @@
-//! The prefill's attention over a pass of packed prompts in one call: each (prompt, head)
-//! is one task of two gemm products read straight from the queries and the KV cache, and a
-//! query meets only the keys at or before its position (blocks of 64 query rows, each
-//! multiplied against the keys up to its last row).
+//! The prefill's attention over a pass of packed prompts in one call: each (prompt,
+//! key/value head) is one task of two gemm products, the query heads sharing those keys
+//! stacked into one operand, read straight from the KV cache; a query meets only the keys
+//! at or before its position (blocks of 64 query rows, each multiplied against the keys up
+//! to its last row).
 //!
 //! Why: through candle, each prompt's attention copied its queries to fold the query groups
 //! into rows, built and repeated a causal mask, multiplied every query by every key (the
@@ -77,80 +78,116 @@ pub fn attention(
     with_f32_values(q, |q| {
         with_f32_values(keys, |keys| {
             with_f32_values(values, |values| {
-                (0..queries.len() * heads).into_par_iter().for_each(|task| {
-                    let (s, h) = (queries[task / heads], task % heads);
-                    let kv = s.row * kv_heads * capacity + (h / group) * capacity + s.pad;
-                    let head = Head {
-                        queries: s,
-                        head_dim,
-                        q: &q[(h * total + s.packed) * head_dim..],
-                        keys: &keys[kv * head_dim..(kv + s.end) * head_dim],
-                        values: &values[kv * head_dim..(kv + s.end) * head_dim],
-                        out_row: heads * head_dim,
-                    };
-                    // SAFETY: this task alone writes head `h`'s columns of rows
-                    // `packed..packed + len` of `out`, which hold `heads · head_dim`
-                    // values each.
-                    unsafe { head.run(target.at((s.packed * heads + h) * head_dim), scale) };
-                })
+                (0..queries.len() * kv_heads)
+                    .into_par_iter()
+                    .for_each(|task| {
+                        let (s, kv) = (queries[task / kv_heads], task % kv_heads);
+                        let first = s.row * kv_heads * capacity + kv * capacity + s.pad;
+                        let group = Group {
+                            queries: s,
+                            heads: kv * group..(kv + 1) * group,
+                            head_dim,
+                            total,
+                            q,
+                            keys: &keys[first * head_dim..(first + s.end) * head_dim],
+                            values: &values[first * head_dim..(first + s.end) * head_dim],
+                            out_row: heads * head_dim,
+                        };
+                        // SAFETY: this task alone writes its heads' columns of rows
+                        // `packed..packed + len` of `out`, which hold `heads · head_dim`
+                        // values each.
+                        unsafe { group.run(target.at(s.packed * heads * head_dim), scale) };
+                    })
             })
         })
     })???;
     Tensor::from_vec(out, (1, total, heads, head_dim), q.device())?.transpose(1, 2)
 }
 
-/// One head of one prompt: its queries (rows `head_dim` apart), its keys and values
-/// (positions `0..end`, dense rows) and where its output rows go (`out_row` apart).
-struct Head<'a> {
+/// The query heads that share one key/value head, for one prompt: their queries (head `h`'s
+/// row `t` at `(h · total + packed + t) · head_dim`), the shared keys and values (positions
+/// `0..end`, dense rows) and where the output rows go (`out_row` apart, head `h` at column
+/// `h · head_dim`).
+struct Group<'a> {
     queries: Queries,
+    heads: std::ops::Range<usize>,
     head_dim: usize,
+    total: usize,
     q: &'a [f32],
     keys: &'a [f32],
     values: &'a [f32],
     out_row: usize,
 }
 
-impl Head<'_> {
+impl Group<'_> {
+    /// Each block of query rows of every head in the group as one product with the keys
+    /// and one with the values (the heads' rows stacked: the keys and values are packed
+    /// once for all of them).
+    ///
     /// # Safety
-    /// `out` must have room for `len` rows of `head_dim` values, `out_row` apart.
+    /// `out` must have room for `len` rows of `out_row` values.
     unsafe fn run(&self, out: *mut f32, scale: f32) {
         let (start, len, d) = (self.queries.start, self.queries.len(), self.head_dim);
-        let mut scores = vec![0f32; ROW_BLOCK.min(len) * self.queries.end];
+        let group = self.heads.len();
+        let block = ROW_BLOCK.min(len);
+        let mut stacked = vec![0f32; group * block * d];
+        let mut scores = vec![0f32; group * block * self.queries.end];
         let mut probs = vec![0f32; scores.len()];
+        let mut outputs = vec![0f32; group * block * d];
         for t0 in (0..len).step_by(ROW_BLOCK) {
             let t1 = (t0 + ROW_BLOCK).min(len);
             let (rows, seen) = (t1 - t0, start + t1);
-            // SAFETY: `scores` holds `rows × seen` values; the queries hold rows `t0..t1`
-            // and the keys `seen` positions, `d` values each.
+            for (i, h) in self.heads.clone().enumerate() {
+                let from = (h * self.total + self.queries.packed + t0) * d;
+                stacked[i * rows * d..(i + 1) * rows * d]
+                    .copy_from_slice(&self.q[from..from + rows * d]);
+            }
+            // SAFETY: `scores` holds `group · rows × seen` values, `stacked` as many rows
+            // of queries, the keys `seen` positions, `d` values each.
             unsafe {
                 gemm_f32(
-                    (rows, seen, d),
+                    (group * rows, seen, d),
                     (scores.as_mut_ptr(), seen as isize),
-                    (self.q[t0 * d..].as_ptr(), d as isize, 1),
+                    (stacked.as_ptr(), d as isize, 1),
                     (self.keys.as_ptr(), 1, d as isize),
                 )
             };
-            for (i, (row, p)) in scores
+            for (r, (row, p)) in scores
                 .chunks_exact(seen)
                 .zip(probs.chunks_exact_mut(seen))
-                .take(rows)
+                .take(group * rows)
                 .enumerate()
             {
-                // Query `t0 + i` sees keys `0..=start + t0 + i`.
-                let sees = start + t0 + i + 1;
+                // Query `t0 + r % rows` (of the group's head `r / rows`) sees keys up to its
+                // own position, `start + t0 + r % rows`.
+                let sees = start + t0 + r % rows + 1;
                 tabcontam_kernels::attention::softmax(&row[..sees], scale, &mut p[..sees]);
                 p[sees..].fill(0.0);
             }
-            // SAFETY: `probs` holds `rows × seen` values, the values `seen` positions; the
-            // caller vouches for the output rows.
+            // SAFETY: `probs` holds `group · rows × seen` values, the values `seen`
+            // positions, `outputs` `group · rows` rows of `d`.
             unsafe {
                 gemm_f32(
-                    (rows, d, seen),
-                    (out.add(t0 * self.out_row), self.out_row as isize),
+                    (group * rows, d, seen),
+                    (outputs.as_mut_ptr(), d as isize),
                     (probs.as_ptr(), seen as isize, 1),
                     (self.values.as_ptr(), d as isize, 1),
                 )
             };
+            for (i, h) in self.heads.clone().enumerate() {
+                for r in 0..rows {
+                    let from = &outputs[(i * rows + r) * d..(i * rows + r + 1) * d];
+                    // SAFETY: row `t0 + r` of the prompt's output rows, head `h`'s columns
+                    // (the caller vouches for them).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            from.as_ptr(),
+                            out.add((t0 + r) * self.out_row + h * d),
+                            d,
+                        )
+                    };
+                }
+            }
         }
     }
 }
