@@ -187,6 +187,18 @@ pub enum Norm {
 impl Norm {
     pub fn forward(&self, xs: &Tensor) -> CResult<Tensor> {
         match self {
+            Norm::Rms { weight, eps }
+                if xs.device().is_cpu()
+                    && xs.dtype() == DType::F32
+                    && weight.dtype() == DType::F32 =>
+            {
+                // One pass per row with the squares summed in vector registers (candle's
+                // op sums them one by one; see `tabcontam_kernels::norm`).
+                let normed = with_f32_values(xs, |x| {
+                    with_f32_values(weight, |w| tabcontam_kernels::norm::rms_norm(x, w, *eps))
+                })??;
+                Tensor::from_vec(normed, xs.shape(), xs.device())
+            }
             Norm::Rms { weight, eps } => candle_nn::ops::rms_norm(&xs.contiguous()?, weight, *eps),
             Norm::Layer { weight, bias, eps } => {
                 candle_nn::ops::layer_norm(&xs.contiguous()?, weight, bias, *eps)

@@ -2,7 +2,8 @@
 //! as stored ([`q4_1`]), Q8_0 weights expanded for prefill ([`q8_0`]), quantized weights
 //! times many rows as int8 panels on AVX-512 VNNI ([`vnni`], on AMX tiles where present:
 //! [`amx`]), the gated MLP's activation
-//! ([`activation`]) and attention for decoding steps read from a KV cache ([`attention`]),
+//! ([`activation`]), RMSNorm ([`norm`]) and attention for decoding steps read from a KV
+//! cache ([`attention`]),
 //! on the instruction set [`cpu`] selects at run time, and the loops of full fine-tuning
 //! ([`train`], [`adamw`]) with its bf16 products ([`bf16`]); [`peak`] measures each path's arithmetic peak for the
 //! benchmarks' rooflines.
@@ -20,6 +21,7 @@ pub mod attention;
 pub mod bf16;
 pub mod cpu;
 pub mod int8_rows;
+pub mod norm;
 pub mod peak;
 pub mod q4_1;
 pub mod q8_0;
