@@ -51,7 +51,6 @@ fn setting(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Peak resident memory of this process (`VmHWM` of /proc/self/status), in bytes.
 /// CPU seconds of every thread of this process so far (user and system, `getrusage`), as
 /// Python's `time.process_time` counts them on the other side.
 fn process_cpu_seconds() -> f64 {
@@ -65,6 +64,7 @@ fn process_cpu_seconds() -> f64 {
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
+/// Peak resident memory of this process (`VmHWM` of /proc/self/status), in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status

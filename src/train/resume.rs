@@ -210,9 +210,14 @@ pub fn restore(
     };
     let tensors: HashMap<String, Tensor> = candle_core::safetensors::load(&path, &Device::Cpu)
         .map_err(|e| bad(format!("unreadable resume state ({e})")))?;
-    let (weights, prefix) = match &position.weights_in {
-        Some(place) => (checkpoint_weights(series, place).map_err(bad)?, ""),
-        None => (tensors.clone(), "param."),
+    // The weights from the checkpoint the state names, else from the state itself.
+    let from_checkpoint = match &position.weights_in {
+        Some(place) => Some(checkpoint_weights(series, place).map_err(bad)?),
+        None => None,
+    };
+    let (weights, prefix) = match &from_checkpoint {
+        Some(weights) => (weights, ""),
+        None => (&tensors, "param."),
     };
     for (name, var) in model.trainable_vars() {
         let key = format!("{prefix}{name}");
