@@ -211,10 +211,11 @@ pub fn restore(
     let tensors: HashMap<String, Tensor> = candle_core::safetensors::load(&path, &Device::Cpu)
         .map_err(|e| bad(format!("unreadable resume state ({e})")))?;
     // The weights from the checkpoint the state names, else from the state itself.
-    let from_checkpoint = match &position.weights_in {
-        Some(place) => Some(checkpoint_weights(series, place).map_err(bad)?),
-        None => None,
-    };
+    let from_checkpoint = position
+        .weights_in
+        .as_ref()
+        .map(|place| checkpoint_weights(series, place).map_err(bad))
+        .transpose()?;
     let (weights, prefix) = match &from_checkpoint {
         Some(weights) => (weights, ""),
         None => (&tensors, "param."),

@@ -2,7 +2,7 @@
 //! of pure arithmetic (no memory traffic), joined from a thread outside the pool as the
 //! trainer's main thread joins them, repeated for 2 s per task length. Prints the wall time
 //! against the ideal, the cost per join and the process's CPU share: the ceiling that
-//! training's per-op parallelism (hundreds of joins a step) can reach, since every op
+//! training's per-op parallelism (about a thousand joins a step) can reach, since every op
 //! splits its work in halves that must both finish.
 //!
 //! `cargo bench -p tabcontam-kernels --bench forkjoin` (`RAYON_NUM_THREADS` = cores).
