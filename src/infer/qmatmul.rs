@@ -60,8 +60,7 @@ pub fn lay_out(weight: &QTensor) -> Option<vnni::LaidOut> {
     if !int8_prefill(weight) || !kind.fits(k) {
         return None;
     }
-    // Codes as bytes, and an f32 scale and offset per 32 values of each column.
-    let bytes = n * k + n * k / 32 * 8;
+    let bytes = vnni::LaidOut::bytes(kind, n, k);
     if !super::memory::take_layout_budget(bytes) {
         return None;
     }

@@ -477,6 +477,18 @@ pub fn schedule(requests: &[Request], tokenized: &[Vec<u32>], max_batch: usize) 
         members.sort_by(|&a, &b| (&tokenized[a], a).cmp(&(&tokenized[b], b)));
         batches.extend(members.chunks(max_batch).map(<[usize]>::to_vec));
     }
+    // Largest token budget first (a stable sort: equal budgets keep their order): a batch
+    // that may decode for hundreds of steps then runs while other lanes have work, and the
+    // run ends on short answers. On the demo its 46-step batch came last, one lane idle
+    // for its 5 s.
+    let budget = |batch: &Vec<usize>| {
+        batch
+            .iter()
+            .map(|&i| requests[i].params.max_tokens)
+            .max()
+            .unwrap_or(0)
+    };
+    batches.sort_by_key(|batch| std::cmp::Reverse(budget(batch)));
     batches
 }
 
@@ -567,8 +579,9 @@ mod tests {
         ];
         let batches = schedule(&requests, &tokenized, 2);
         // Greedy group by token ids: the long prompt right after the short one it extends
-        // ([1,4] [1,4,7,…]), then [1,5] [2,3] | [2,9]; then the sampled one.
-        assert_eq!(batches, vec![vec![4, 5], vec![1, 2], vec![0], vec![3]]);
+        // ([1,4] [1,4,7,…]), then [1,5] [2,3] | [2,9]; then the sampled one. The batches
+        // holding a budget of 256 run first, in that order.
+        assert_eq!(batches, vec![vec![1, 2], vec![0], vec![4, 5], vec![3]]);
         // Every request exactly once.
         let mut all: Vec<usize> = batches.concat();
         all.sort_unstable();

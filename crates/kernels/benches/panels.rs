@@ -37,6 +37,16 @@ fn peak(isa: Isa) -> f64 {
     total / started.elapsed().as_secs_f64()
 }
 
+/// Q4_1 blocks of an `n × k` weight of standard normal values.
+fn random_q4_1(n: usize, k: usize) -> Vec<u8> {
+    let weight = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu).unwrap();
+    QTensor::quantize(&weight, GgmlDType::Q4_1)
+        .unwrap()
+        .data()
+        .unwrap()
+        .to_vec()
+}
+
 fn main() {
     let best = tabcontam_kernels::cpu::detected();
     println!(
@@ -55,12 +65,7 @@ fn main() {
         (256, 576, 1536),
         (256, 576, 576),
     ] {
-        let weight = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu).unwrap();
-        let data = QTensor::quantize(&weight, GgmlDType::Q4_1)
-            .unwrap()
-            .data()
-            .unwrap()
-            .to_vec();
+        let data = random_q4_1(n, k);
         let x = Tensor::randn(0f32, 1.0, (rows, k), &Device::Cpu).unwrap();
         let lhs = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let macs = (rows * n * k) as f64;
@@ -97,4 +102,66 @@ fn main() {
         }
         println!("{line}");
     }
+    if vnni::available() {
+        decoding_steps();
+    }
+}
+
+/// A decoding step's products: 6 rows (a batch of 8 with two finished) through every
+/// weight of SmolLM2-135M's 30 layers, far more than the caches hold, on one thread as a
+/// lane runs them; the codes laid out as bytes and packed two to a byte. What the step
+/// waits for is the weights' bytes, so the G/s of memory read is printed beside the
+/// multiply-adds.
+fn decoding_steps() {
+    let shapes = [
+        (576usize, 576usize),
+        (192, 576),
+        (192, 576),
+        (576, 576),
+        (1536, 576),
+        (1536, 576),
+        (576, 1536),
+    ];
+    let rows = 6;
+    let weights: Vec<(usize, usize, Vec<u8>)> = (0..30)
+        .flat_map(|_| shapes)
+        .map(|(n, k)| (n, k, random_q4_1(n, k)))
+        .collect();
+    let macs: f64 = weights.iter().map(|(n, k, _)| (rows * n * k) as f64).sum();
+    let one_thread = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let mut line = format!("decoding step, {rows} rows × 30 layers, 1 thread:");
+    for packed in [false, true] {
+        let laid_out: Vec<(vnni::LaidOut, Activations)> = weights
+            .iter()
+            .map(|(n, k, data)| {
+                let lhs = vec![0.5f32; rows * k];
+                (
+                    vnni::LaidOut::with_packing(Blocks::Q4_1, data, *n, *k, packed),
+                    Activations::quantize(&lhs, *k),
+                )
+            })
+            .collect();
+        let bytes: f64 = weights
+            .iter()
+            .map(|(n, k, _)| (n * k) as f64 * if packed { 0.75 } else { 1.25 })
+            .sum();
+        let seconds = one_thread.install(|| {
+            seconds_per_call(|| {
+                for (weight, xs) in &laid_out {
+                    let _ = weight.matmul_with(false, xs, rows);
+                }
+            })
+        });
+        line += &format!(
+            " {} {:.2} ms ({:.0} G MAC/s, {:.1} GB/s of weights)",
+            if packed { "packed" } else { "bytes" },
+            seconds * 1e3,
+            macs / seconds / 1e9,
+            bytes / seconds / 1e9
+        );
+    }
+    println!("{line}");
 }

@@ -19,7 +19,8 @@ pub(crate) const ROWS_PER_PASS: usize = 16;
 ///
 /// # Safety
 /// [`crate::cpu::amx_usable`] must be true; the rows must exist in `xs`, the tile must hold
-/// `xs.blocks_per_row` blocks, and `code_sums` must be one of `xs`'s sums.
+/// `xs.blocks_per_row` blocks of whole code bytes (not packed), and `code_sums` must be one
+/// of `xs`'s sums.
 pub(crate) unsafe fn pass(
     tile: &Tile,
     xs: &Activations,
@@ -28,6 +29,10 @@ pub(crate) unsafe fn pass(
     count: usize,
     panel: &mut [[f32; TILE]; ROWS_PER_PASS],
 ) {
+    assert!(
+        !tile.packed,
+        "AMX reads whole code bytes, not packed nibbles"
+    );
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {

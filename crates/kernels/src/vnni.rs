@@ -14,10 +14,15 @@
 //!
 //! Why: on AVX2 a prefill expands the blocks to f32 and runs an f32 GEMM (8 multiply-adds
 //! per FMA lane group, 4 bytes read per weight). Here a block of 32 weights × 16 columns ×
-//! one row is 8 `vpdpbusd` (512 multiply-adds) plus 4 float operations for the block's
+//! one row is 8 `vpdpbusd` (512 multiply-adds) plus 5 vector operations for the block's
 //! scales, on the same 8-bit activations and integer sums as the decoding kernel and
 //! llama.cpp's q4_1 × q8_1. The integer sum of a block is exact, so the only difference
 //! from [`crate::q4_1`]'s scalar reference is the order of the float additions.
+//!
+//! Of those 5, the multiply and the two FMAs share the two ports `vpdpbusd` runs on (on Zen
+//! 4: 12 `vpdpbusd` take 3.35 ns alone, 4.19 ns with 3 FMAs beside them, and unchanged with a
+//! conversion or 8 integer adds), so the kernel can reach at most 8 / 11 of the `vpdpbusd`
+//! peak; the nibble splitting of packed tiles ([`crate::tile`]) runs on the free ports.
 //!
 //! A weight is laid out either per call ([`matmul`], for `PANEL_ROWS` rows or more) or once
 //! for every later call ([`LaidOut`], for any number of rows: a decoding step's few rows
@@ -26,46 +31,12 @@
 use rayon::prelude::*;
 
 use crate::int8_rows::{Activations, BLOCK};
+pub use crate::tile::Blocks;
 use crate::tile::{GROUPS, TILE, Tile};
 
 /// Activation rows multiplied per pass over a tile (8 integer and 8 float accumulators
 /// stay in registers, out of 32).
 const ROWS_PER_PASS: usize = 8;
-/// Bytes per stored Q4_1 block (f16 scale, f16 minimum, 16 bytes of nibbles).
-const Q4_1_BLOCK_BYTES: usize = 20;
-/// Bytes per stored Q8_0 block (f16 scale, 32 signed codes).
-const Q8_0_BLOCK_BYTES: usize = 34;
-/// Values and bytes per stored Q4_K super block (f16 `d`, f16 `dmin`, 12 bytes of 6-bit
-/// sub-block scales and minimums, 128 bytes of nibbles).
-const Q4_K_VALUES: usize = 256;
-const Q4_K_BLOCK_BYTES: usize = 144;
-
-/// The stored block types the panels multiply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Blocks {
-    Q4_1,
-    Q8_0,
-    Q4K,
-}
-
-impl Blocks {
-    /// Bytes of one weight row of `k` values.
-    fn row_bytes(self, k: usize) -> usize {
-        match self {
-            Blocks::Q4_1 => k / BLOCK * Q4_1_BLOCK_BYTES,
-            Blocks::Q8_0 => k / BLOCK * Q8_0_BLOCK_BYTES,
-            Blocks::Q4K => k / Q4_K_VALUES * Q4_K_BLOCK_BYTES,
-        }
-    }
-
-    /// Whether rows of `k` values are whole stored blocks.
-    pub fn fits(self, k: usize) -> bool {
-        match self {
-            Blocks::Q4_1 | Blocks::Q8_0 => k.is_multiple_of(BLOCK),
-            Blocks::Q4K => k.is_multiple_of(Q4_K_VALUES),
-        }
-    }
-}
 
 /// Rows from which a product runs as panels: below, the column-wise kernels (which read
 /// each weight block once per row pass without laying it out) are as fast.
@@ -74,98 +45,6 @@ pub const PANEL_ROWS: usize = 8;
 /// Whether this CPU runs the panels (on the path [`crate::cpu::isa`] selected).
 pub fn available() -> bool {
     crate::cpu::isa() >= crate::cpu::Isa::Avx512
-}
-
-impl Tile {
-    fn new(blocks: usize) -> Self {
-        Tile {
-            codes: vec![0; blocks * GROUPS * 64],
-            scales: vec![0.0; blocks * TILE],
-            minimums: vec![0.0; blocks * TILE],
-        }
-    }
-
-    /// Room for `blocks` blocks (every byte is rewritten by [`Tile::fill`]).
-    fn resize(&mut self, blocks: usize) {
-        self.codes.resize(blocks * GROUPS * 64, 0);
-        self.scales.resize(blocks * TILE, 0.0);
-        self.minimums.resize(blocks * TILE, 0.0);
-    }
-
-    /// Weight rows `first..first + columns` (≤ 16) of `data` in the panel layout.
-    fn fill(&mut self, kind: Blocks, data: &[u8], k: usize, first: usize, columns: usize) {
-        let row_bytes = kind.row_bytes(k);
-        match kind {
-            // SAFETY: callers hold `available()` (AVX-512 F/BW); the rows exist.
-            Blocks::Q4_1 => unsafe { avx512::fill_q4_1(self, data, row_bytes, first, columns) },
-            // SAFETY: as above.
-            Blocks::Q8_0 => unsafe { avx512::fill_q8_0(self, data, row_bytes, first, columns) },
-            Blocks::Q4K => self.fill_q4_k(data, row_bytes, first, columns),
-        }
-    }
-
-    /// Weight rows `first..first + columns` (≤ 16) of Q4_K data in the panel layout, one
-    /// column at a time (its 6-bit sub-block scales are unpacked per column).
-    fn fill_q4_k(&mut self, data: &[u8], row_bytes: usize, first: usize, columns: usize) {
-        if columns < TILE {
-            self.codes.fill(0);
-            self.scales.fill(0.0);
-            self.minimums.fill(0.0);
-        }
-        for j in 0..columns {
-            let row = &data[(first + j) * row_bytes..(first + j + 1) * row_bytes];
-            for (super_block, block) in row.chunks_exact(Q4_K_BLOCK_BYTES).enumerate() {
-                let d = f16(block[0], block[1]);
-                let dmin = f16(block[2], block[3]);
-                let scales: &[u8; 12] = block[4..16].try_into().expect("12 bytes");
-                for pair in 0..4 {
-                    let nibbles = &block[16 + 32 * pair..16 + 32 * (pair + 1)];
-                    for (half, shift) in [(0, 0), (1, 4)] {
-                        let sub = 2 * pair + half;
-                        let (scale, minimum) = q4_k_scale_min(sub, scales);
-                        let mut codes = [0u8; BLOCK];
-                        for (code, &byte) in codes.iter_mut().zip(nibbles) {
-                            *code = (byte >> shift) & 0x0F;
-                        }
-                        self.set_block(
-                            super_block * 8 + sub,
-                            j,
-                            d * f32::from(scale),
-                            -dmin * f32::from(minimum),
-                            &codes,
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    /// Column `j`'s codes of block `b` into their groups, with its scale and offset.
-    fn set_block(&mut self, b: usize, j: usize, scale: f32, offset: f32, codes: &[u8; BLOCK]) {
-        self.scales[b * TILE + j] = scale;
-        self.minimums[b * TILE + j] = offset;
-        let block = &mut self.codes[b * GROUPS * 64..(b + 1) * GROUPS * 64];
-        for (g, four) in codes.chunks_exact(4).enumerate() {
-            block[g * 64 + j * 4..g * 64 + j * 4 + 4].copy_from_slice(four);
-        }
-    }
-}
-
-/// Sub-block `j`'s 6-bit scale and minimum of a Q4_K super block (ggml's
-/// `get_scale_min_k4`).
-fn q4_k_scale_min(j: usize, scales: &[u8; 12]) -> (u8, u8) {
-    if j < 4 {
-        (scales[j] & 63, scales[j + 4] & 63)
-    } else {
-        (
-            (scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4),
-            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
-        )
-    }
-}
-
-fn f16(low: u8, high: u8) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([low, high])).to_f32()
 }
 
 /// `xs Wᵀ` for weights `W` (`n` rows of `k`) stored as `kind` blocks and activations
@@ -205,7 +84,7 @@ pub fn matmul_with(
     let code_sums = code_sums(kind, xs);
     multiply_tiles(amx, n, rows, |t, multiply| {
         TILE_BUFFER.with_borrow_mut(|tile| {
-            tile.resize(k / BLOCK);
+            tile.resize(k / BLOCK, kind.nibbles() && !amx);
             let first = t * TILE;
             tile.fill(kind, data, k, first, TILE.min(n - first));
             multiply(tile, xs, code_sums);
@@ -282,8 +161,9 @@ where
 /// no layout per call, so the panels also pay for a decoding step's few rows, where
 /// laying out each call's tiles cost more than the products.
 ///
-/// Costs memory: a byte per code (Q4_1's and Q4_K's nibbles unpacked) and two f32 per
-/// block of 32 per column, about 1.25 bytes per weight beside the stored blocks.
+/// Costs memory: half a byte per 4-bit code (a byte where AMX reads them, and for Q8_0) and
+/// two f32 per block of 32 per column: 0.75 bytes per Q4_1 weight beside the stored blocks
+/// (their 0.625), which a decoding step reads whole.
 pub struct LaidOut {
     kind: Blocks,
     n: usize,
@@ -298,16 +178,33 @@ impl std::fmt::Debug for LaidOut {
 }
 
 impl LaidOut {
-    /// Weights `W` (`n` rows of `k`) stored as `kind` blocks, laid out on the pool.
-    /// Callers check [`available`].
+    /// Weights `W` (`n` rows of `k`) stored as `kind` blocks, laid out on the pool: 4-bit
+    /// codes packed two to a byte unless this CPU multiplies on AMX tiles (which read
+    /// whole bytes). Callers check [`available`].
     pub fn new(kind: Blocks, data: &[u8], n: usize, k: usize) -> Self {
+        let amx = crate::cpu::isa() >= crate::cpu::Isa::Amx;
+        Self::with_packing(kind, data, n, k, kind.nibbles() && !amx)
+    }
+
+    /// Bytes a laid-out weight of `n × k` `kind` values takes (what [`LaidOut::new`]
+    /// allocates on this CPU).
+    pub fn bytes(kind: Blocks, n: usize, k: usize) -> usize {
+        let amx = crate::cpu::isa() >= crate::cpu::Isa::Amx;
+        let code_bytes = if kind.nibbles() && !amx { k / 2 } else { k };
+        n.div_ceil(TILE) * TILE * (code_bytes + k / BLOCK * 8)
+    }
+
+    /// [`LaidOut::new`] with the packing chosen by the caller (tests and benches run both
+    /// layouts).
+    pub fn with_packing(kind: Blocks, data: &[u8], n: usize, k: usize, packed: bool) -> Self {
         assert!(available(), "the int8 panels need AVX-512 VNNI");
+        assert!(!packed || kind.nibbles(), "{kind:?} codes do not pack");
         assert!(kind.fits(k), "width {k} is not whole {kind:?} blocks");
         assert_eq!(data.len(), n * kind.row_bytes(k), "{kind:?} storage size");
         let tiles = (0..n.div_ceil(TILE))
             .into_par_iter()
             .map(|t| {
-                let mut tile = Tile::new(k / BLOCK);
+                let mut tile = Tile::new(k / BLOCK, packed);
                 let first = t * TILE;
                 tile.fill(kind, data, k, first, TILE.min(n - first));
                 tile
@@ -334,6 +231,10 @@ impl LaidOut {
             !amx || crate::cpu::amx_usable(),
             "AMX tiles are not usable here"
         );
+        assert!(
+            !amx || self.tiles.iter().all(|t| !t.packed),
+            "AMX reads whole code bytes: this weight was laid out packed, for VNNI"
+        );
         assert_eq!(xs.q.len(), rows * self.k, "activation size");
         let code_sums = code_sums(self.kind, xs);
         multiply_tiles(amx, self.n, rows, |t, multiply| {
@@ -344,7 +245,7 @@ impl LaidOut {
 
 thread_local! {
     /// Each pool thread's tile, reused from call to call (a prefill makes hundreds).
-    static TILE_BUFFER: std::cell::RefCell<Tile> = std::cell::RefCell::new(Tile::new(0));
+    static TILE_BUFFER: std::cell::RefCell<Tile> = std::cell::RefCell::new(Tile::new(0, false));
 }
 
 /// The output matrix, written by every tile's task at its own columns.
@@ -367,127 +268,10 @@ impl SharedOut {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{Activations, BLOCK, GROUPS, Q4_1_BLOCK_BYTES, Q8_0_BLOCK_BYTES, TILE, Tile};
+    use super::{Activations, BLOCK, GROUPS, TILE, Tile};
 
     /// The panel's rows: as many as an AMX pass fills, of which a VNNI pass fills ≤ 8.
     const PANEL: usize = crate::amx::ROWS_PER_PASS;
-
-    /// The gather mask of a tile's first `columns` lanes and each lane's byte offset from
-    /// the tile's first weight row (lane `j` at row `j`), shared by the Q4_1 and Q8_0
-    /// layouts.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn columns_to_gather(columns: usize, row_bytes: usize) -> (__mmask16, __m512i) {
-        let lanes: __mmask16 = if columns >= TILE {
-            0xFFFF
-        } else {
-            (1u16 << columns) - 1
-        };
-        let row_starts = _mm512_mullo_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(row_bytes as i32),
-        );
-        (lanes, row_starts)
-    }
-
-    /// Lays out weight rows `first..first + columns` (≤ 16) of Q4_1 data in `tile`: value
-    /// `i` of a block is the low nibble of byte `i`, value `16 + i` its high nibble, so the
-    /// 4-byte word `g` of each column's 16 code bytes holds group `g` (low nibbles) and
-    /// group `g + 4` (high nibbles). Columns past `columns` are zero.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F and BW; `data` must hold rows `first..first +
-    /// columns` of `row_bytes` bytes, and the tile `row_bytes / 20` blocks.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub unsafe fn fill_q4_1(
-        tile: &mut Tile,
-        data: &[u8],
-        row_bytes: usize,
-        first: usize,
-        columns: usize,
-    ) {
-        // SAFETY: the gathers read only the first `columns` lanes (mask), each within
-        // row `first + j` of `data`; the stores stay within the tile's blocks.
-        unsafe {
-            let blocks = row_bytes / Q4_1_BLOCK_BYTES;
-            let base = data.as_ptr().add(first * row_bytes) as *const i32;
-            let (lanes, row_starts) = columns_to_gather(columns, row_bytes);
-            let low_nibbles = _mm512_set1_epi8(0x0F);
-            let zero = _mm512_setzero_si512();
-            for b in 0..blocks {
-                let at =
-                    _mm512_add_epi32(row_starts, _mm512_set1_epi32((b * Q4_1_BLOCK_BYTES) as i32));
-                // The f16 scale (low half) and minimum (high half) of each column's block.
-                let halves = _mm512_mask_i32gather_epi32::<1>(zero, lanes, at, base);
-                let scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(halves));
-                let minimums =
-                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(halves)));
-                _mm512_storeu_ps(tile.scales.as_mut_ptr().add(b * TILE), scales);
-                _mm512_storeu_ps(tile.minimums.as_mut_ptr().add(b * TILE), minimums);
-                let codes = tile.codes.as_mut_ptr().add(b * GROUPS * 64);
-                for g in 0..GROUPS / 2 {
-                    let word = _mm512_add_epi32(at, _mm512_set1_epi32((4 + 4 * g) as i32));
-                    let packed = _mm512_mask_i32gather_epi32::<1>(zero, lanes, word, base);
-                    let low = _mm512_and_si512(packed, low_nibbles);
-                    let high = _mm512_and_si512(_mm512_srli_epi32::<4>(packed), low_nibbles);
-                    _mm512_storeu_si512(codes.add(g * 64) as *mut _, low);
-                    _mm512_storeu_si512(codes.add((g + GROUPS / 2) * 64) as *mut _, high);
-                }
-            }
-        }
-    }
-
-    /// Lays out weight rows `first..first + columns` (≤ 16) of Q8_0 data in `tile`: the
-    /// 4-byte word `g` of each column's 32 signed codes is group `g`, shifted into unsigned
-    /// bytes (`q + 128`, by flipping each byte's top bit), its offset `−128·d`. Columns past
-    /// `columns` are zero. One gather per group for all 16 columns, where a column-at-a-time
-    /// loop spent a tenth of a checkpoint's prefill here.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F and BW; `data` must hold rows `first..first +
-    /// columns` of `row_bytes` bytes, and the tile `row_bytes / 34` blocks.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub unsafe fn fill_q8_0(
-        tile: &mut Tile,
-        data: &[u8],
-        row_bytes: usize,
-        first: usize,
-        columns: usize,
-    ) {
-        // SAFETY: the gathers read only the first `columns` lanes (mask), each 4 bytes
-        // within row `first + j` of `data` (a block's scale word ends inside its codes, its
-        // last code word at the block's end); the stores stay within the tile's blocks.
-        unsafe {
-            let blocks = row_bytes / Q8_0_BLOCK_BYTES;
-            let base = data.as_ptr().add(first * row_bytes) as *const i32;
-            let (lanes, row_starts) = columns_to_gather(columns, row_bytes);
-            let top_bits = _mm512_set1_epi8(0x80u8 as i8);
-            let zero = _mm512_setzero_si512();
-            let minus_128 = _mm512_set1_ps(-128.0);
-            for b in 0..blocks {
-                let at =
-                    _mm512_add_epi32(row_starts, _mm512_set1_epi32((b * Q8_0_BLOCK_BYTES) as i32));
-                // The f16 scale of each column's block (the low half of its first word).
-                let halves = _mm512_mask_i32gather_epi32::<1>(zero, lanes, at, base);
-                let scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(halves));
-                _mm512_storeu_ps(tile.scales.as_mut_ptr().add(b * TILE), scales);
-                _mm512_storeu_ps(
-                    tile.minimums.as_mut_ptr().add(b * TILE),
-                    _mm512_mul_ps(scales, minus_128),
-                );
-                let codes = tile.codes.as_mut_ptr().add(b * GROUPS * 64);
-                for g in 0..GROUPS {
-                    let word = _mm512_add_epi32(at, _mm512_set1_epi32((2 + 4 * g) as i32));
-                    let signed = _mm512_mask_i32gather_epi32::<1>(zero, lanes, word, base);
-                    // Lanes past `columns` stay zero (not 0x80): they are never written out.
-                    let shifted = _mm512_maskz_xor_epi32(lanes, signed, top_bits);
-                    _mm512_storeu_si512(codes.add(g * 64) as *mut _, shifted);
-                }
-            }
-        }
-    }
 
     /// Rows `first..first + count` (≤ 8) against one tile: `panel[r][j] = w_j · x_r`.
     ///
@@ -504,21 +288,43 @@ mod avx512 {
     ) {
         // SAFETY: forwarded from the caller.
         unsafe {
+            if tile.packed {
+                panel_of::<true>(tile, xs, code_sums, first, count, panel)
+            } else {
+                panel_of::<false>(tile, xs, code_sums, first, count, panel)
+            }
+        }
+    }
+
+    /// [`panel`] for a tile whose codes are `PACKED` or not.
+    ///
+    /// # Safety
+    /// As [`panel`]; `tile.packed == PACKED`.
+    unsafe fn panel_of<const PACKED: bool>(
+        tile: &Tile,
+        xs: &Activations,
+        code_sums: &[f32],
+        first: usize,
+        count: usize,
+        panel: &mut [[f32; TILE]; PANEL],
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
             match count {
-                8 => rows::<8>(tile, xs, code_sums, first, panel),
-                7 => rows::<7>(tile, xs, code_sums, first, panel),
-                6 => rows::<6>(tile, xs, code_sums, first, panel),
-                5 => rows::<5>(tile, xs, code_sums, first, panel),
-                4 => rows::<4>(tile, xs, code_sums, first, panel),
-                3 => rows::<3>(tile, xs, code_sums, first, panel),
-                2 => rows::<2>(tile, xs, code_sums, first, panel),
-                _ => rows::<1>(tile, xs, code_sums, first, panel),
+                8 => rows::<8, PACKED>(tile, xs, code_sums, first, panel),
+                7 => rows::<7, PACKED>(tile, xs, code_sums, first, panel),
+                6 => rows::<6, PACKED>(tile, xs, code_sums, first, panel),
+                5 => rows::<5, PACKED>(tile, xs, code_sums, first, panel),
+                4 => rows::<4, PACKED>(tile, xs, code_sums, first, panel),
+                3 => rows::<3, PACKED>(tile, xs, code_sums, first, panel),
+                2 => rows::<2, PACKED>(tile, xs, code_sums, first, panel),
+                _ => rows::<1, PACKED>(tile, xs, code_sums, first, panel),
             }
         }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn rows<const R: usize>(
+    unsafe fn rows<const R: usize, const PACKED: bool>(
         tile: &Tile,
         xs: &Activations,
         code_sums: &[f32],
@@ -539,18 +345,33 @@ mod avx512 {
                 // latency.
                 let mut low = [_mm512_setzero_si512(); R];
                 let mut high = [_mm512_setzero_si512(); R];
-                let block_codes = codes.add(b * GROUPS * 64);
-                for (half, dots) in [(0, &mut low), (1, &mut high)] {
-                    for g in half * GROUPS / 2..(half + 1) * GROUPS / 2 {
-                        let weights = _mm512_loadu_si512(block_codes.add(g * 64) as *const _);
-                        for (r, dot) in dots.iter_mut().enumerate() {
-                            let x =
-                                q.add(((first + r) * per_row + b) * BLOCK + 4 * g) as *const i32;
-                            *dot = _mm512_dpbusd_epi32(
-                                *dot,
-                                weights,
-                                _mm512_set1_epi32(x.read_unaligned()),
-                            );
+                let block_codes = codes.add(b * tile.block_code_bytes());
+                let word = |r: usize, g: usize| {
+                    let x = q.add(((first + r) * per_row + b) * BLOCK + 4 * g) as *const i32;
+                    _mm512_set1_epi32(x.read_unaligned())
+                };
+                if PACKED {
+                    // Word `g` holds group `g` (low nibbles) and `g + 4` (high): split in
+                    // registers, on ports the dot products leave free.
+                    let low_nibbles = _mm512_set1_epi8(0x0F);
+                    for g in 0..GROUPS / 2 {
+                        let both = _mm512_loadu_si512(block_codes.add(g * 64) as *const _);
+                        let first_half = _mm512_and_si512(both, low_nibbles);
+                        let second_half =
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(both), low_nibbles);
+                        for r in 0..R {
+                            low[r] = _mm512_dpbusd_epi32(low[r], first_half, word(r, g));
+                            high[r] =
+                                _mm512_dpbusd_epi32(high[r], second_half, word(r, g + GROUPS / 2));
+                        }
+                    }
+                } else {
+                    for (half, dots) in [(0, &mut low), (1, &mut high)] {
+                        for g in half * GROUPS / 2..(half + 1) * GROUPS / 2 {
+                            let weights = _mm512_loadu_si512(block_codes.add(g * 64) as *const _);
+                            for (r, dot) in dots.iter_mut().enumerate() {
+                                *dot = _mm512_dpbusd_epi32(*dot, weights, word(r, g));
+                            }
                         }
                     }
                 }
@@ -578,16 +399,6 @@ mod avx512 {
 #[cfg(not(target_arch = "x86_64"))]
 mod avx512 {
     use super::{Activations, TILE, Tile};
-
-    /// Never called: [`super::available`] is false off x86-64.
-    pub unsafe fn fill_q4_1(_: &mut Tile, _: &[u8], _: usize, _: usize, _: usize) {
-        unreachable!("AVX-512 panels on a CPU without AVX-512")
-    }
-
-    /// Never called: [`super::available`] is false off x86-64.
-    pub unsafe fn fill_q8_0(_: &mut Tile, _: &[u8], _: usize, _: usize, _: usize) {
-        unreachable!("AVX-512 panels on a CPU without AVX-512")
-    }
 
     /// Never called: [`super::available`] is false off x86-64.
     pub unsafe fn panel(
@@ -646,12 +457,27 @@ mod tests {
                 }
                 let ours = matmul_with(amx, kind, &data, n, k, &xs, rows);
                 // Laid out once, the same products to the bit, and for fewer rows too.
-                let laid_out = LaidOut::new(kind, &data, n, k);
+                let laid_out = LaidOut::with_packing(kind, &data, n, k, false);
                 assert_eq!(
                     laid_out.matmul_with(amx, &xs, rows),
                     ours,
                     "{kind:?} laid out"
                 );
+                // 4-bit codes packed two to a byte (VNNI only): the same integer sums.
+                if kind.nibbles() && !amx {
+                    let packed = LaidOut::with_packing(kind, &data, n, k, true);
+                    assert_eq!(
+                        packed.matmul_with(false, &xs, rows),
+                        ours,
+                        "{kind:?} packed"
+                    );
+                    let few = Activations::quantize(&lhs[..5 * k], k);
+                    assert_eq!(
+                        packed.matmul_with(false, &few, 5),
+                        ours[..5 * n],
+                        "{kind:?} packed, 5 rows"
+                    );
+                }
                 let few = Activations::quantize(&lhs[..3 * k], k);
                 assert_eq!(
                     laid_out.matmul_with(amx, &few, 3),
