@@ -162,10 +162,11 @@ impl Tile {
         for (g, four) in codes.chunks_exact(4).enumerate() {
             let word = &mut block[g % (bytes / 64) * 64 + j * 4..][..4];
             for (byte, &code) in word.iter_mut().zip(four) {
-                *byte = match (packed, g < GROUPS / 2) {
-                    (false, _) => code,
-                    (true, true) => code,
-                    (true, false) => *byte | code << 4,
+                // Groups 0..4 come first: their write clears what the high nibble joins.
+                *byte = if packed && g >= GROUPS / 2 {
+                    *byte | code << 4
+                } else {
+                    code
                 };
             }
         }
