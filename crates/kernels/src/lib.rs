@@ -20,6 +20,7 @@ pub mod amx;
 pub mod attention;
 pub mod bf16;
 pub mod cpu;
+mod decode_products;
 pub mod int8_rows;
 pub mod norm;
 pub mod peak;
