@@ -24,17 +24,6 @@ pub(crate) struct Tile {
     pub(crate) minimums: Vec<f32>,
 }
 
-impl Tile {
-    /// Bytes of one block's codes (8 words of 64 bytes, or 4 when packed).
-    pub(crate) fn block_code_bytes(&self) -> usize {
-        if self.packed {
-            GROUPS / 2 * 64
-        } else {
-            GROUPS * 64
-        }
-    }
-}
-
 /// Bytes per stored Q4_1 block (f16 scale, f16 minimum, 16 bytes of nibbles).
 const Q4_1_BLOCK_BYTES: usize = 20;
 /// Bytes per stored Q8_0 block (f16 scale, 32 signed codes).
@@ -77,6 +66,15 @@ impl Blocks {
 }
 
 impl Tile {
+    /// Bytes of one block's codes (8 words of 64 bytes, or 4 when packed).
+    pub(crate) fn block_code_bytes(&self) -> usize {
+        if self.packed {
+            GROUPS / 2 * 64
+        } else {
+            GROUPS * 64
+        }
+    }
+
     pub(crate) fn new(blocks: usize, packed: bool) -> Self {
         let mut tile = Tile {
             packed,
