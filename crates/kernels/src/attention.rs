@@ -117,10 +117,9 @@ fn decode_on(
                 &mut scores,
             );
             if let Some(cap) = softcap {
-                for (j, score) in scores.iter_mut().enumerate() {
-                    if !mask_row.is_some_and(|m| m[j] == f32::NEG_INFINITY) {
-                        *score = (*score * scale / cap).tanh() * cap;
-                    }
+                // A masked key's 0 stays 0 (tanh(0) = 0); its −∞ comes with the mask.
+                for score in scores.iter_mut() {
+                    *score = (*score * scale / cap).tanh() * cap;
                 }
             }
             // Scale, mask and softmax in one pass, vectorized where the CPU allows (libm's

@@ -42,6 +42,17 @@ const ROWS_PER_PASS: usize = 8;
 /// each weight block once per row pass without laying it out) are as fast.
 pub const PANEL_ROWS: usize = 8;
 
+/// Whether the selected path multiplies the panels on AMX tiles.
+fn on_amx() -> bool {
+    crate::cpu::isa() >= crate::cpu::Isa::Amx
+}
+
+/// Whether `kind`'s codes are laid out two to a byte: 4-bit codes multiplied on VNNI (AMX
+/// reads whole bytes).
+fn packs(kind: Blocks, amx: bool) -> bool {
+    kind.nibbles() && !amx
+}
+
 /// Whether this CPU runs the panels (on the path [`crate::cpu::isa`] selected).
 pub fn available() -> bool {
     crate::cpu::isa() >= crate::cpu::Isa::Avx512
@@ -58,7 +69,7 @@ pub fn matmul(
     xs: &Activations,
     rows: usize,
 ) -> Vec<f32> {
-    let amx = crate::cpu::isa() >= crate::cpu::Isa::Amx;
+    let amx = on_amx();
     matmul_with(amx, kind, data, n, k, xs, rows)
 }
 
@@ -84,7 +95,7 @@ pub fn matmul_with(
     let code_sums = code_sums(kind, xs);
     multiply_tiles(amx, n, rows, |t, multiply| {
         TILE_BUFFER.with_borrow_mut(|tile| {
-            tile.resize(k / BLOCK, kind.nibbles() && !amx);
+            tile.resize(k / BLOCK, packs(kind, amx));
             let first = t * TILE;
             tile.fill(kind, data, k, first, TILE.min(n - first));
             multiply(tile, xs, code_sums);
@@ -168,6 +179,7 @@ pub struct LaidOut {
     kind: Blocks,
     n: usize,
     k: usize,
+    packed: bool,
     tiles: Vec<Tile>,
 }
 
@@ -182,15 +194,15 @@ impl LaidOut {
     /// codes packed two to a byte unless this CPU multiplies on AMX tiles (which read
     /// whole bytes). Callers check [`available`].
     pub fn new(kind: Blocks, data: &[u8], n: usize, k: usize) -> Self {
-        let amx = crate::cpu::isa() >= crate::cpu::Isa::Amx;
-        Self::with_packing(kind, data, n, k, kind.nibbles() && !amx)
+        let amx = on_amx();
+        Self::with_packing(kind, data, n, k, packs(kind, amx))
     }
 
     /// Bytes a laid-out weight of `n × k` `kind` values takes (what [`LaidOut::new`]
     /// allocates on this CPU).
     pub fn bytes(kind: Blocks, n: usize, k: usize) -> usize {
-        let amx = crate::cpu::isa() >= crate::cpu::Isa::Amx;
-        let code_bytes = if kind.nibbles() && !amx { k / 2 } else { k };
+        let amx = on_amx();
+        let code_bytes = if packs(kind, amx) { k / 2 } else { k };
         n.div_ceil(TILE) * TILE * (code_bytes + k / BLOCK * 8)
     }
 
@@ -210,7 +222,13 @@ impl LaidOut {
                 tile
             })
             .collect();
-        LaidOut { kind, n, k, tiles }
+        LaidOut {
+            kind,
+            n,
+            k,
+            packed,
+            tiles,
+        }
     }
 
     /// `(n, k)`: output columns and input width.
@@ -221,7 +239,7 @@ impl LaidOut {
     /// `xs Wᵀ`, row-major `(rows, n)`, for any number of rows (on AMX tiles where the
     /// selected path is `amx`).
     pub fn matmul(&self, xs: &Activations, rows: usize) -> Vec<f32> {
-        let amx = crate::cpu::isa() >= crate::cpu::Isa::Amx;
+        let amx = on_amx();
         self.matmul_with(amx, xs, rows)
     }
 
@@ -232,7 +250,7 @@ impl LaidOut {
             "AMX tiles are not usable here"
         );
         assert!(
-            !amx || self.tiles.iter().all(|t| !t.packed),
+            !amx || !self.packed,
             "AMX reads whole code bytes: this weight was laid out packed, for VNNI"
         );
         assert_eq!(xs.q.len(), rows * self.k, "activation size");
@@ -464,7 +482,7 @@ mod tests {
                     "{kind:?} laid out"
                 );
                 // 4-bit codes packed two to a byte (VNNI only): the same integer sums.
-                if kind.nibbles() && !amx {
+                if packs(kind, amx) {
                     let packed = LaidOut::with_packing(kind, &data, n, k, true);
                     assert_eq!(
                         packed.matmul_with(false, &xs, rows),
