@@ -57,23 +57,81 @@ impl Precision {
 
 /// Where a weight's gradient `(out, in)` lands during the backward pass: empty after
 /// [`GradSink::take`], and summed in place when the weight takes part more than once.
+///
+/// One slot per stream ([`super::streams`]): the two halves of a micro-batch run their
+/// backward passes at once, each depositing in its own slot, and [`GradSink::take`] adds
+/// the slots in stream order, so the sum's bits do not depend on which half finished first.
 #[derive(Clone, Default)]
-pub struct GradSink(Arc<Mutex<Option<Vec<f32>>>>);
+pub struct GradSink {
+    slots: Arc<[Mutex<Option<Vec<f32>>>; STREAMS]>,
+    stream: usize,
+}
+
+/// Streams whose gradients a sink keeps apart ([`super::streams`]).
+pub const STREAMS: usize = 2;
 
 impl GradSink {
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Vec<f32>>> {
-        self.0.lock().expect("a gradient sink is never poisoned")
+    /// This sink as stream `stream`'s ops see it: what they deposit lands in its slot.
+    pub fn on(&self, stream: usize) -> GradSink {
+        assert!(stream < STREAMS, "stream {stream} of {STREAMS}");
+        GradSink {
+            slots: Arc::clone(&self.slots),
+            stream,
+        }
     }
 
-    /// The summed gradient as a tensor of `shape`, leaving the sink empty.
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Vec<f32>>> {
+        self.slots[self.stream]
+            .lock()
+            .expect("a gradient sink is never poisoned")
+    }
+
+    /// The summed gradient as a tensor of `shape` (every stream's, added in stream order),
+    /// leaving the sink empty.
     pub fn take(&self, shape: &Shape) -> candle_core::Result<Option<Tensor>> {
-        let taken = self.slot().take();
-        taken
+        let mut total: Option<Vec<f32>> = None;
+        for slot in self.slots.iter() {
+            let taken = slot
+                .lock()
+                .expect("a gradient sink is never poisoned")
+                .take();
+            match (&mut total, taken) {
+                (_, None) => {}
+                (None, Some(values)) => total = Some(values),
+                (Some(sum), Some(values)) => {
+                    assert_eq!(sum.len(), values.len(), "one weight's gradients");
+                    sum.par_iter_mut()
+                        .zip(values.par_iter())
+                        .for_each(|(s, v)| *s += v);
+                }
+            }
+        }
+        total
             .map(|values| Tensor::from_vec(values, shape.clone(), &candle_core::Device::Cpu))
             .transpose()
     }
 
-    /// Forgets a gradient left by a backward pass nobody drained.
+    /// Adds the streams' gradients into one slot once both are there, freeing the other:
+    /// for a weight that takes part once per pass (a projection), so the two streams'
+    /// whole gradients do not all wait for [`GradSink::take`] at once (SmolLM2: 425 MB).
+    /// Two addends give the same bits in either order; a weight taking part twice a pass
+    /// (the tied embeddings: the head's and the lookup's) keeps its slots apart.
+    ///
+    /// Never waits: a slot locked by the other stream (its product still running) is left
+    /// to that stream, which folds when it deposits; should both miss, `take` adds them.
+    fn fold_streams(&self) {
+        let mut slots = self.slots.iter().map(|slot| slot.try_lock().ok());
+        let (Some(Some(mut first)), Some(Some(mut second))) = (slots.next(), slots.next()) else {
+            return;
+        };
+        if let (Some(sum), Some(values)) = (first.as_mut(), second.as_ref()) {
+            assert_eq!(sum.len(), values.len(), "one weight's gradients");
+            sum.iter_mut().zip(values).for_each(|(s, v)| *s += v);
+            *second = None;
+        }
+    }
+
+    /// Forgets a gradient left in this stream's slot by a backward pass nobody drained.
     pub fn clear(&self) {
         *self.slot() = None;
     }
@@ -151,9 +209,12 @@ pub(super) fn add_weight_grad(
 /// runs on when it runs alone. Read once: unless `RAYON_NUM_THREADS` is set, candle counts
 /// physical cores by parsing `/proc/cpuinfo` on every call (perf: 3-5 % of a training
 /// step's main thread, in the kernel's formatting of that file).
+///
+/// Inside a stream ([`super::streams`]) the stream's own share: its pool's threads.
 pub(super) fn all_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *THREADS.get_or_init(|| candle_core::utils::get_num_threads().max(1))
+    let cores = *THREADS.get_or_init(|| candle_core::utils::get_num_threads().max(1));
+    cores.min(rayon::current_num_threads())
 }
 
 /// Allocates an `(out, in)` gradient in `slot` on the calling thread when it has none, for
@@ -396,6 +457,8 @@ pub(super) fn sink_and_input_grads(
         |threads| input_grad_tensor(dy, w, threads, precision),
     );
     weight_grad??;
+    drop(guard);
+    sink.fold_streams();
     dx
 }
 

@@ -328,12 +328,19 @@ impl LlamaTrainer {
         ops::rms_norm(&rows, &self.norm_weight(var)?, self.config.rms_eps)?.reshape(dims)
     }
 
-    /// `h Wᵀ` for one projection of layer `i`, plus its adapter's share under LoRA.
-    fn project(&self, h: &Tensor, i: usize, target: LoraTarget) -> candle_core::Result<Tensor> {
+    /// `h Wᵀ` for one projection of layer `i`, plus its adapter's share under LoRA; the
+    /// weight's gradient goes to `stream`'s slot of its sink.
+    fn project(
+        &self,
+        h: &Tensor,
+        i: usize,
+        target: LoraTarget,
+        stream: usize,
+    ) -> candle_core::Result<Tensor> {
         let layer = &self.layers[i];
         let w = layer.projection(target);
         let Some(lora) = &self.lora else {
-            return trained_linear(h, w, layer.sink(target), self.precision);
+            return trained_linear(h, w, &layer.sink(target).on(stream), self.precision);
         };
         match lora.get(i, target) {
             Some(adapter) => adapted_linear(
@@ -456,10 +463,21 @@ impl LlamaTrainer {
     /// Mean next-token cross-entropy of `ids` (`batch × (seq + 1)` token ids, as u32)
     /// over the positions where `weights` (`batch × seq`, 1.0 or 0.0) is 1.
     pub fn loss(&self, ids: &Tensor, weights: &Tensor) -> candle_core::Result<Tensor> {
+        self.loss_on(0, ids, weights)
+    }
+
+    /// [`LlamaTrainer::loss`] as stream `stream` ([`super::streams`]): its backward pass
+    /// leaves the weight gradients in that stream's slots of the sinks.
+    pub fn loss_on(
+        &self,
+        stream: usize,
+        ids: &Tensor,
+        weights: &Tensor,
+    ) -> candle_core::Result<Tensor> {
         // A new forward pass starts new weight gradients: forget any no backward pass took.
         let layer_sinks = self.layers.iter().flat_map(|l| &l.sinks);
         for sink in layer_sinks.chain([&self.embed_sink, &self.head_sink]) {
-            sink.clear();
+            sink.on(stream).clear();
         }
         let (_, len) = ids.dims2()?;
         let seq = len - 1;
@@ -470,12 +488,13 @@ impl LlamaTrainer {
             .flatten_all()?
             .to_vec1::<f32>()?;
         let count = weights.iter().sum::<f32>();
-        let hidden = self.hidden(&inputs)?;
+        let hidden = self.hidden(&inputs, stream)?;
         let (head, sink) = match &self.lm_head {
             Some(head) => (head, &self.head_sink),
             None => (&self.embed, &self.embed_sink),
         };
-        let sink = self.lora.is_none().then_some(sink);
+        let sink = self.lora.is_none().then(|| sink.on(stream));
+        let sink = sink.as_ref();
         let head = self.weight(head);
         ops::head_cross_entropy(
             &hidden,
@@ -493,6 +512,13 @@ impl LlamaTrainer {
     /// head's and the embeddings' ops left in their sinks (`linear.rs`, `embedding.rs`).
     pub fn backward(&self, loss: &Tensor) -> candle_core::Result<GradStore> {
         let mut grads = loss.backward()?;
+        self.drain_sinks(&mut grads)?;
+        Ok(grads)
+    }
+
+    /// Moves the weight gradients the ops left in the sinks (every stream's, summed) into
+    /// `grads`, added to any candle computed for the same weight.
+    pub fn drain_sinks(&self, grads: &mut GradStore) -> candle_core::Result<()> {
         let projections = self.layers.iter().flat_map(|layer| {
             LoraTarget::ALL.map(|target| (layer.projection(target), layer.sink(target)))
         });
@@ -509,12 +535,12 @@ impl LlamaTrainer {
             };
             grads.insert(var.as_tensor(), total);
         }
-        Ok(grads)
+        Ok(())
     }
 
     /// The final hidden state (after the last norm) of every position, `(batch * seq,
     /// hidden)`, through the fused ops of [`ops`].
-    fn hidden(&self, inputs: &Tensor) -> candle_core::Result<Tensor> {
+    fn hidden(&self, inputs: &Tensor, stream: usize) -> candle_core::Result<Tensor> {
         let (batch, seq) = inputs.dims2()?;
         let c = &self.config;
         let scale = match c.gemma3 {
@@ -522,9 +548,10 @@ impl LlamaTrainer {
             None => 1.0,
         };
         let ids = inputs.flatten_all()?.to_vec1::<u32>()?;
-        let sink = self.lora.is_none().then_some(&self.embed_sink);
+        let sink = self.lora.is_none().then(|| self.embed_sink.on(stream));
         // (batch * seq, hidden)
-        let mut xs = super::embedding::lookup(&self.weight(&self.embed), ids, scale, sink)?;
+        let mut xs =
+            super::embedding::lookup(&self.weight(&self.embed), ids, scale, sink.as_ref())?;
         let rope = ops::Rope::new(seq, c.head_dim, c.rope_theta);
         let local_rope = c
             .gemma3
@@ -544,13 +571,13 @@ impl LlamaTrainer {
             // Rotated in the `(batch, seq, heads, dim)` layout the projection writes, which
             // the attention op reads as it is (`attention.rs`). Grouped-query attention:
             // each kv head serves `heads / kv_heads` query heads.
-            let mut q = self.project(&h, i, LoraTarget::Q)?.reshape((
+            let mut q = self.project(&h, i, LoraTarget::Q, stream)?.reshape((
                 batch,
                 seq,
                 c.num_heads,
                 c.head_dim,
             ))?;
-            let mut k = self.project(&h, i, LoraTarget::K)?.reshape((
+            let mut k = self.project(&h, i, LoraTarget::K, stream)?.reshape((
                 batch,
                 seq,
                 c.num_kv_heads,
@@ -562,7 +589,7 @@ impl LlamaTrainer {
             }
             let q = ops::rope(&q, rope)?;
             let k = ops::rope(&k, rope)?;
-            let v = self.project(&h, i, LoraTarget::V)?.reshape((
+            let v = self.project(&h, i, LoraTarget::V, stream)?.reshape((
                 batch,
                 seq,
                 c.num_kv_heads,
@@ -576,14 +603,14 @@ impl LlamaTrainer {
                 }
                 _ => attention(&q, &k, &v, kv_heads, scale)?,
             };
-            let mut attended = self.project(&attended, i, LoraTarget::O)?;
+            let mut attended = self.project(&attended, i, LoraTarget::O, stream)?;
             if let Some(g) = &layer.gemma {
                 attended = self.norm(&attended, &g.post_attn_norm)?;
             }
             xs = (xs + attended)?;
             let h = self.norm(&xs, &layer.ffn_norm)?;
-            let gate = self.project(&h, i, LoraTarget::Gate)?;
-            let up = self.project(&h, i, LoraTarget::Up)?;
+            let gate = self.project(&h, i, LoraTarget::Gate, stream)?;
+            let up = self.project(&h, i, LoraTarget::Up, stream)?;
             // Gemma's gate is the tanh GELU, llama's the SiLU.
             let gated = match layer.gemma {
                 Some(_) => ops::Gated::GeGlu,
@@ -611,7 +638,7 @@ impl LlamaTrainer {
                     &gate,
                     &up,
                     &layer.down,
-                    layer.sink(LoraTarget::Down),
+                    &layer.sink(LoraTarget::Down).on(stream),
                     self.precision,
                 )?,
             };

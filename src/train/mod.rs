@@ -25,6 +25,7 @@ pub mod optimizer;
 pub mod resume;
 pub mod schedule;
 pub mod state_file;
+pub mod streams;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -436,36 +437,18 @@ pub fn build_checkpoints(
             let mut step_loss = 0.0;
             for micro in step_windows.chunks(settings.batch_size) {
                 let batch: Vec<&Window> = micro.iter().map(|&w| &windows[w]).collect();
-                let (ids, weights, count) = batch_tensors(&batch, tokenizer_pad(&tokenizer))?;
-                let loss = model
-                    .loss(&ids, &weights)
-                    .map_err(candle_err("forward pass"))?;
-                let value = loss
-                    .to_scalar::<f32>()
-                    .map_err(candle_err("reading the loss"))? as f64;
-                step_loss += value * count as f64;
+                let (ids, weights) = batch_tensors(&batch, tokenizer_pad(&tokenizer))?;
                 // Each micro-batch weighs by its share of the step's targets, so the summed
                 // gradient is that of the step's mean loss.
-                let scaled = (loss * (count as f64 / targets as f64))
-                    .map_err(candle_err("scaling the loss"))?;
-                let grads = model
-                    .backward(&scaled)
-                    .map_err(candle_err("backward pass"))?;
-                accumulated = Some(match accumulated {
-                    None => grads,
-                    Some(mut sum) => {
-                        for var in &vars {
-                            if let Some(g) = grads.get(var.as_tensor()) {
-                                let total = match sum.get(var.as_tensor()) {
-                                    Some(s) => (s + g).map_err(candle_err("accumulating"))?,
-                                    None => g.clone(),
-                                };
-                                sum.insert(var.as_tensor(), total);
-                            }
-                        }
-                        sum
-                    }
-                });
+                let (grads, summed) =
+                    streams::gradients(&model, &vars, &ids, &weights, targets as f64)
+                        .map_err(candle_err("forward and backward pass"))?;
+                step_loss += summed;
+                match &mut accumulated {
+                    None => accumulated = Some(grads),
+                    Some(sum) => streams::accumulate(sum, &grads, &vars)
+                        .map_err(candle_err("accumulating"))?,
+                }
             }
             let grads = accumulated.expect("a step has at least one micro-batch");
             optimizer.set_learning_rate(settings.lr_schedule.rate(
@@ -675,23 +658,21 @@ fn tokenizer_pad(_tokenizer: &TextTokenizer) -> u32 {
     0
 }
 
-/// `(ids, weights, targets)` of a micro-batch, padded to its longest window.
-fn batch_tensors(batch: &[&Window], pad: u32) -> Result<(Tensor, Tensor, usize), TrainError> {
+/// `(ids, weights)` of a micro-batch, padded to its longest window (weight 0 on padding).
+fn batch_tensors(batch: &[&Window], pad: u32) -> Result<(Tensor, Tensor), TrainError> {
     let len = batch.iter().map(|w| w.ids.len()).max().unwrap_or(2);
     let mut ids = Vec::with_capacity(batch.len() * len);
     let mut weights = Vec::with_capacity(batch.len() * (len - 1));
-    let mut count = 0;
     for window in batch {
         let real = window.ids.len();
         ids.extend_from_slice(&window.ids);
         ids.extend(std::iter::repeat_n(pad, len - real));
         weights.extend(std::iter::repeat_n(1f32, real - 1));
         weights.extend(std::iter::repeat_n(0f32, len - real));
-        count += real - 1;
     }
     let device = Device::Cpu;
     let ids = Tensor::from_vec(ids, (batch.len(), len), &device).map_err(candle_err("batch"))?;
     let weights =
         Tensor::from_vec(weights, (batch.len(), len - 1), &device).map_err(candle_err("batch"))?;
-    Ok((ids, weights, count))
+    Ok((ids, weights))
 }

@@ -506,3 +506,61 @@ impl LlamaTrainer {
 fn linear(xs: &Tensor, w: &Var) -> candle_core::Result<Tensor> {
     xs.matmul(&w.as_tensor().t()?)
 }
+
+/// A micro-batch's rows as two streams side by side (`streams.rs`: halves of 2 rows and 1,
+/// the second mostly padding) give the loss and every weight's gradient of one pass over
+/// all the rows, and the same bits on every run: llama, Gemma 3, and LoRA on every
+/// projection.
+#[test]
+fn two_streams_give_the_one_pass_gradients_with_fixed_bits() {
+    use crate::train::lora::LoraSettings;
+    use crate::train::streams::two_streams;
+    let adapted = || {
+        tiny_model()
+            .with_lora(LoraSettings::from_options(2, Some("all"), None).unwrap(), 3)
+            .unwrap()
+    };
+    for (family, model) in [
+        ("llama", tiny_model()),
+        ("gemma3", tiny_gemma3(4)),
+        ("lora", adapted()),
+    ] {
+        let (ids, weights) = tiny_batch();
+        let targets = f64::from(weights.sum_all().unwrap().to_scalar::<f32>().unwrap());
+        let whole = model.loss(&ids, &weights).unwrap();
+        let mean = f64::from(whole.to_scalar::<f32>().unwrap());
+        let one_pass = model.backward(&whole).unwrap();
+        let vars = model.vars();
+        let (streamed, summed) = two_streams(&model, &vars, &ids, &weights, targets).unwrap();
+        assert!(
+            (summed / targets - mean).abs() < 1e-5 * mean.abs(),
+            "{family}: loss {mean} in one pass, {} in two streams",
+            summed / targets
+        );
+        let (again, _) = two_streams(&model, &vars, &ids, &weights, targets).unwrap();
+        let values = |grads: &GradStore, var: &Var| {
+            let grad = grads
+                .get(var.as_tensor())
+                .expect("every trained weight's gradient");
+            grad.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        };
+        for (name, var) in model.trainable_vars() {
+            let (expected, got) = (values(&one_pass, var), values(&streamed, var));
+            let largest = expected.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let error = expected
+                .iter()
+                .zip(&got)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                error <= 1e-5 * largest.max(1e-3),
+                "{family} {name}: largest difference {error} (largest gradient {largest})"
+            );
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&values(&again, var)),
+                "{family} {name}: two runs of the streams differ"
+            );
+        }
+    }
+}
