@@ -10,6 +10,7 @@ use candle_core::{D, DType, Device, Tensor};
 
 use super::error::{CandleContext, LocalError};
 use super::layers::{Activation, CResult, LayerCache, Linear, Norm, Rope, attention};
+use super::rotary_heads::rotate_into_heads;
 use super::tensor_values::with_f32_values;
 use super::weights::Weights;
 
@@ -591,25 +592,35 @@ impl DecoderModel {
             None => xs.clone(),
         };
         let qkv = layer.qkv.forward(&normed)?;
-        // `(batch, new, n * head_dim)` to `(batch, n, new, head_dim)`, normed per head or
-        // over the whole projection first where the architecture says so.
-        let heads = |t: &Tensor, n: usize, norm: Option<&Norm>| -> CResult<Tensor> {
-            let t = match (spec.qk_norm, norm) {
-                (QkNorm::Whole, Some(norm)) => norm.forward(t)?,
-                _ => t.clone(),
-            };
-            let t = t.reshape((batch, new, n, spec.head_dim))?;
-            let t = match (spec.qk_norm, norm) {
-                (QkNorm::PerHead, Some(norm)) => norm.forward(&t)?,
-                _ => t,
-            };
-            t.transpose(1, 2)?.contiguous()
+        // `(batch, new, n * head_dim)`, normed per head or over the whole projection first
+        // where the architecture says so.
+        let normed_heads = |t: &Tensor, n: usize, norm: Option<&Norm>| -> CResult<Tensor> {
+            match (spec.qk_norm, norm) {
+                (QkNorm::Whole, Some(norm)) => norm.forward(t),
+                (QkNorm::PerHead, Some(norm)) => norm
+                    .forward(&t.reshape((batch, new, n, spec.head_dim))?)?
+                    .reshape((batch, new, n * spec.head_dim)),
+                _ => Ok(t.clone()),
+            }
         };
-        let q = heads(&qkv[0], spec.num_heads, layer.q_norm.as_ref())?;
-        let k = heads(&qkv[1], spec.num_kv_heads, layer.k_norm.as_ref())?;
-        let q = rotary.rope.apply(&q, rotary.cos, rotary.sin)?;
-        let k = rotary.rope.apply(&k, rotary.cos, rotary.sin)?;
-        let v = heads(&qkv[2], spec.num_kv_heads, None)?;
+        // To `(batch, n, new, head_dim)`.
+        let heads = |t: &Tensor, n: usize| -> CResult<Tensor> {
+            t.reshape((batch, new, n, spec.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        // Rotated on the way to the head layout, else moved and then rotated.
+        let rotated_heads = |t: &Tensor, n: usize, norm: Option<&Norm>| -> CResult<Tensor> {
+            let t = normed_heads(t, n, norm)?;
+            let (rope, cos, sin) = (rotary.rope, rotary.cos, rotary.sin);
+            match rotate_into_heads(rope, &t, n, cos, sin)? {
+                Some(rotated) => Ok(rotated),
+                None => rope.apply(&heads(&t, n)?, cos, sin),
+            }
+        };
+        let q = rotated_heads(&qkv[0], spec.num_heads, layer.q_norm.as_ref())?;
+        let k = rotated_heads(&qkv[1], spec.num_kv_heads, layer.k_norm.as_ref())?;
+        let v = heads(&qkv[2], spec.num_kv_heads)?;
         let attn = attend(LayerAttention {
             layer: index,
             window: layer.sliding_window,

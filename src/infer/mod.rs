@@ -46,6 +46,7 @@ pub mod layers;
 pub mod memory;
 pub mod prefill_attention;
 pub mod qmatmul;
+pub mod rotary_heads;
 pub mod score;
 pub mod shared_prefill;
 pub mod tensor_values;

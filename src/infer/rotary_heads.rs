@@ -1,0 +1,150 @@
+//! The rotary embedding applied while queries or keys move from the projection's layout
+//! `(batch, new, heads · head_dim)` to the attention's `(batch, heads, new, head_dim)`.
+//!
+//! Why: the copy into the head layout (candle's strided copy) and candle's rope were two
+//! passes over every query and key of a prefill, each into a fresh tensor: 4 % of the
+//! demo's samples. One pass here, with candle's arithmetic (`x₁·cos − x₂·sin`,
+//! `x₁·sin + x₂·cos`, each product rounded before the sum), so the values are the same bits.
+
+use candle_core::{DType, Storage, Tensor};
+use rayon::prelude::*;
+
+use super::error::CResult;
+use super::layers::Rope;
+
+/// `xs` `(batch, new, heads · head_dim)` (a view with unit column stride, such as one part
+/// of a fused projection's output) rotated by `rope` with tables `cos`, `sin` `(batch, new,
+/// head_dim / 2)`, as `(batch, heads, new, head_dim)`; `None` where this path does not apply
+/// (not f32 on CPU, a partial rotation, another layout), for the caller to compose
+/// candle's ops.
+pub fn rotate_into_heads(
+    rope: &Rope,
+    xs: &Tensor,
+    heads: usize,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> CResult<Option<Tensor>> {
+    let (batch, new, width) = xs.dims3()?;
+    let head_dim = width / heads.max(1);
+    let half = head_dim / 2;
+    if !xs.device().is_cpu()
+        || xs.dtype() != DType::F32
+        || cos.dtype() != DType::F32
+        || rope.rotary_dim != head_dim
+        || heads * head_dim != width
+        || cos.dims() != [batch, new, half]
+        || sin.dims() != [batch, new, half]
+    {
+        return Ok(None);
+    }
+    let (storage, layout) = xs.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        return Ok(None);
+    };
+    let &[batch_stride, row_stride, 1] = layout.stride() else {
+        return Ok(None);
+    };
+    let values = &cpu.as_slice::<f32>()?[layout.start_offset()..];
+    let (cos, sin) = (cos.contiguous()?, sin.contiguous()?);
+    let tables = |t: &Tensor| t.flatten_all()?.to_vec1::<f32>();
+    let (cos, sin) = (tables(&cos)?, tables(&sin)?);
+    let mut out = vec![0f32; batch * heads * new * head_dim];
+    out.par_chunks_mut(new * head_dim)
+        .enumerate()
+        .for_each(|(task, head_rows)| {
+            let (b, h) = (task / heads, task % heads);
+            for (t, dst) in head_rows.chunks_exact_mut(head_dim).enumerate() {
+                let from = b * batch_stride + t * row_stride + h * head_dim;
+                let src = &values[from..from + head_dim];
+                let at = (b * new + t) * half;
+                let (c, s) = (&cos[at..at + half], &sin[at..at + half]);
+                if rope.interleaved {
+                    rotate_pairs(src, c, s, dst);
+                } else {
+                    rotate_halves(src, c, s, dst);
+                }
+            }
+        });
+    Tensor::from_vec(out, (batch, heads, new, head_dim), xs.device()).map(Some)
+}
+
+/// Adjacent pairs `(x[2i], x[2i+1])` rotated by angle `i` (candle's `rope_i`).
+fn rotate_pairs(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
+    for (((x, y), &c), &s) in src
+        .chunks_exact(2)
+        .zip(dst.chunks_exact_mut(2))
+        .zip(cos)
+        .zip(sin)
+    {
+        y[0] = x[0] * c - x[1] * s;
+        y[1] = x[0] * s + x[1] * c;
+    }
+}
+
+/// The halves' pairs `(x[i], x[i + d/2])` rotated by angle `i` (candle's `rope`).
+fn rotate_halves(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
+    let half = cos.len();
+    let (first, second) = src.split_at(half);
+    let (out_first, out_second) = dst.split_at_mut(half);
+    for i in 0..half {
+        let (x1, x2, c, s) = (first[i], second[i], cos[i], sin[i]);
+        out_first[i] = x1 * c - x2 * s;
+        out_second[i] = x1 * s + x2 * c;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{D, Device};
+
+    /// Against the copy into the head layout and candle's rope, bit for bit: both pair
+    /// orders, a view of a wider projection output (as the fused q/k/v product gives), two
+    /// sequences with their own positions.
+    #[test]
+    fn one_pass_gives_candles_bits() {
+        let device = Device::Cpu;
+        let (batch, new, heads, head_dim) = (2, 5, 3, 8);
+        let wide = Tensor::randn(0f32, 1.0, (batch, new, heads * head_dim + 7), &device).unwrap();
+        let xs = wide.narrow(D::Minus1, 4, heads * head_dim).unwrap();
+        let positions = vec![(3..8).collect::<Vec<u32>>(), (0..5).collect()];
+        for interleaved in [true, false] {
+            let rope = Rope::new(10_000.0, head_dim, interleaved);
+            let (cos, sin) = rope.tables(&positions, &device, DType::F32).unwrap();
+            let expected = rope
+                .apply(
+                    &xs.reshape((batch, new, heads, head_dim))
+                        .unwrap()
+                        .transpose(1, 2)
+                        .unwrap()
+                        .contiguous()
+                        .unwrap(),
+                    &cos,
+                    &sin,
+                )
+                .unwrap();
+            let got = rotate_into_heads(&rope, &xs, heads, &cos, &sin)
+                .unwrap()
+                .expect("f32 on CPU, whole heads rotated");
+            let bits = |t: &Tensor| {
+                t.flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(got.dims(), expected.dims());
+            assert_eq!(bits(&got), bits(&expected), "interleaved {interleaved}");
+        }
+        // A partial rotation is left to the composed ops.
+        let rope = Rope::new(10_000.0, head_dim / 2, false);
+        let (cos, sin) = rope.tables(&positions, &device, DType::F32).unwrap();
+        assert!(
+            rotate_into_heads(&rope, &xs, heads, &cos, &sin)
+                .unwrap()
+                .is_none()
+        );
+    }
+}
