@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::error::CResult;
 use super::layers::Rope;
+use super::tensor_values::with_f32_values;
 
 /// `xs` `(batch, new, heads · head_dim)` (a view with unit column stride, such as one part
 /// of a fused projection's output) rotated by `rope` with tables `cos`, `sin` `(batch, new,
@@ -45,26 +46,28 @@ pub fn rotate_into_heads(
         return Ok(None);
     };
     let values = &cpu.as_slice::<f32>()?[layout.start_offset()..];
-    let (cos, sin) = (cos.contiguous()?, sin.contiguous()?);
-    let tables = |t: &Tensor| t.flatten_all()?.to_vec1::<f32>();
-    let (cos, sin) = (tables(&cos)?, tables(&sin)?);
     let mut out = vec![0f32; batch * heads * new * head_dim];
-    out.par_chunks_mut(new * head_dim)
-        .enumerate()
-        .for_each(|(task, head_rows)| {
-            let (b, h) = (task / heads, task % heads);
-            for (t, dst) in head_rows.chunks_exact_mut(head_dim).enumerate() {
-                let from = b * batch_stride + t * row_stride + h * head_dim;
-                let src = &values[from..from + head_dim];
-                let at = (b * new + t) * half;
-                let (c, s) = (&cos[at..at + half], &sin[at..at + half]);
-                if rope.interleaved {
-                    rotate_pairs(src, c, s, dst);
-                } else {
-                    rotate_halves(src, c, s, dst);
-                }
-            }
-        });
+    // The tables are the same for every layer of a pass: read in place, not copied.
+    with_f32_values(cos, |cos| {
+        with_f32_values(sin, |sin| {
+            out.par_chunks_mut(new * head_dim)
+                .enumerate()
+                .for_each(|(task, head_rows)| {
+                    let (b, h) = (task / heads, task % heads);
+                    for (t, dst) in head_rows.chunks_exact_mut(head_dim).enumerate() {
+                        let from = b * batch_stride + t * row_stride + h * head_dim;
+                        let src = &values[from..from + head_dim];
+                        let at = (b * new + t) * half;
+                        let (c, s) = (&cos[at..at + half], &sin[at..at + half]);
+                        if rope.interleaved {
+                            rotate_pairs(src, c, s, dst);
+                        } else {
+                            rotate_halves(src, c, s, dst);
+                        }
+                    }
+                })
+        })
+    })??;
     Tensor::from_vec(out, (batch, heads, new, head_dim), xs.device()).map(Some)
 }
 

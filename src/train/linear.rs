@@ -98,12 +98,7 @@ impl GradSink {
             match (&mut total, taken) {
                 (_, None) => {}
                 (None, Some(values)) => total = Some(values),
-                (Some(sum), Some(values)) => {
-                    assert_eq!(sum.len(), values.len(), "one weight's gradients");
-                    sum.par_iter_mut()
-                        .zip(values.par_iter())
-                        .for_each(|(s, v)| *s += v);
-                }
+                (Some(sum), Some(values)) => add_gradient(sum, &values),
             }
         }
         total
@@ -125,8 +120,7 @@ impl GradSink {
             return;
         };
         if let (Some(sum), Some(values)) = (first.as_mut(), second.as_ref()) {
-            assert_eq!(sum.len(), values.len(), "one weight's gradients");
-            sum.iter_mut().zip(values).for_each(|(s, v)| *s += v);
+            add_gradient(sum, values);
             *second = None;
         }
     }
@@ -141,12 +135,7 @@ impl GradSink {
     pub fn deposit(&self, values: Vec<f32>) {
         let mut slot = self.slot();
         match slot.as_mut() {
-            Some(sum) if !sum.is_empty() => {
-                assert_eq!(sum.len(), values.len(), "one weight's gradients");
-                sum.par_iter_mut()
-                    .zip(values.par_iter())
-                    .for_each(|(s, v)| *s += v);
-            }
+            Some(sum) if !sum.is_empty() => add_gradient(sum, &values),
             _ => *slot = Some(values),
         }
     }
@@ -162,6 +151,15 @@ impl GradSink {
         assert_eq!(sum.len(), rows * columns, "one weight's gradients");
         add(sum);
     }
+}
+
+/// `sum += values` for two gradients of one weight, on the calling pool's threads (one in a
+/// stream's).
+fn add_gradient(sum: &mut [f32], values: &[f32]) {
+    assert_eq!(sum.len(), values.len(), "one weight's gradients");
+    sum.par_iter_mut()
+        .zip(values.par_iter())
+        .for_each(|(s, v)| *s += v);
 }
 
 /// Adds `dyᵀ x` (`dy` `(rows, out)`, `x` `(rows, in)`, both row-major) to the `(out, in)`
