@@ -151,14 +151,16 @@ fn median(mut rounds: Vec<Round>) -> Round {
 }
 
 fn main() {
-    race::candle_on_calling_thread();
-    let (model_path, spec) = (race::model_path(), race::spec_path());
-    let server_binary = race::server_binary();
-    let llama_model = race::llama_model_path();
-    if !race::require(&model_path, "scripts/ci-install-local-models.sh") {
+    let Some(race::Setup {
+        model_path,
+        spec,
+        server_binary,
+        llama_model,
+        have_server,
+    }) = race::setup()
+    else {
         return;
-    }
-    let have_server = race::require(&server_binary, "scripts/install-test-server.sh");
+    };
     let tokens = race::env_number("BENCH_DECODE_TOKENS", 128).max(2) as u32;
     let rows = race::env_number("BENCH_ROWS", 8).max(1);
     let rounds = race::env_number("BENCH_ROUNDS", 3).max(1);

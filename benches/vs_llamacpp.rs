@@ -148,15 +148,16 @@ fn median(mut runs: Vec<Measured>) -> (Measured, f64, f64) {
 }
 
 fn main() {
-    race::candle_on_calling_thread();
-    let (model_path, spec) = (race::model_path(), race::spec_path());
-    let server_binary = race::server_binary();
-    let llama_model = race::llama_model_path();
-    if !race::require(&model_path, "scripts/ci-install-local-models.sh") {
+    let Some(race::Setup {
+        model_path,
+        spec,
+        server_binary,
+        llama_model,
+        have_server,
+    }) = race::setup()
+    else {
         return;
-    }
-    // Without the server, our engine is still measured (a skip of the comparison).
-    let have_server = race::require(&server_binary, "scripts/install-test-server.sh");
+    };
     let slot_counts: Vec<usize> = std::env::var("BENCH_LLAMA_SLOTS")
         .unwrap_or_else(|_| "1,2,4".into())
         .split(',')

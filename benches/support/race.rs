@@ -110,6 +110,38 @@ pub fn server_binary() -> PathBuf {
     }
 }
 
+/// What a race runs on, from the environment: our model and spec, and llama-server's
+/// binary and model when both are installed.
+pub struct Setup {
+    pub model_path: PathBuf,
+    pub spec: PathBuf,
+    pub server_binary: PathBuf,
+    pub llama_model: PathBuf,
+    /// Without the server, our engine is still measured (a skip of the comparison).
+    pub have_server: bool,
+}
+
+/// The race's [`Setup`] (candle set up first, as the `tabcontam` binary does), or `None`
+/// when our model is missing (a skip, a failure under `TABCONTAM_CI=1`).
+pub fn setup() -> Option<Setup> {
+    candle_on_calling_thread();
+    let model_path = model_path();
+    if !require(&model_path, "scripts/ci-install-local-models.sh") {
+        return None;
+    }
+    let server_binary = server_binary();
+    let llama_model = llama_model_path();
+    let have_server = require(&server_binary, "scripts/install-test-server.sh")
+        && require(&llama_model, "BENCH_LLAMA_MODEL");
+    Some(Setup {
+        model_path,
+        spec: spec_path(),
+        server_binary,
+        llama_model,
+        have_server,
+    })
+}
+
 /// Threads llama-server computes with: `BENCH_LLAMA_THREADS`, else every core.
 pub fn llama_threads() -> usize {
     env_number(
@@ -278,7 +310,7 @@ pub fn load_average() -> String {
 
 /// Before the first thread, as the `tabcontam` binary does (src/main.rs): candle's
 /// elementwise ops on the calling thread instead of its spinning barrier pool.
-pub fn candle_on_calling_thread() {
+fn candle_on_calling_thread() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
         // SAFETY: called first thing in `main`, before any other thread exists.
         unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
