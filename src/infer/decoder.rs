@@ -1,147 +1,19 @@
 //! The decoder-only transformer shared by the llama, mistral, gemma, gemma2, gemma3, phi,
 //! phi3, qwen2, qwen3 and olmo2 files: each architecture file turns its `config.json` (or
-//! GGUF metadata) into a
-//! [`DecoderSpec`] and names its tensors; this file runs them over a batch with a KV cache.
+//! GGUF metadata) into a [`DecoderSpec`] (`decoder_spec.rs`) and names its tensors; this
+//! file loads them and runs them over a batch with a KV cache.
 
 use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Tensor};
 
+use super::decoder_spec::{DecoderSpec, NormKind, QkNorm, layer_name};
 use super::error::{CandleContext, LocalError};
 use super::layers::{Activation, CResult, LayerCache, Linear, Norm, Rope, attention};
 use super::rotary_heads::rotate_into_heads;
 use super::tensor_values::with_f32_values;
 use super::weights::Weights;
-
-/// Everything that distinguishes one decoder architecture from another.
-#[derive(Debug, Clone)]
-pub struct DecoderSpec {
-    /// `model_type` / `general.architecture`, for messages.
-    pub arch: String,
-    pub vocab_size: usize,
-    pub hidden_size: usize,
-    pub num_layers: usize,
-    pub num_heads: usize,
-    pub num_kv_heads: usize,
-    pub head_dim: usize,
-    pub norm: NormKind,
-    /// Gemma stores `w` for a norm computing `x * (1 + w)`; GGUF files already hold `1 + w`.
-    pub norm_unit_offset: bool,
-    pub rope: Rope,
-    /// Rotary embedding of the sliding-window layers when it differs from `rope` (Gemma 3:
-    /// base 10 000 locally, 1 000 000 on the global layers).
-    pub local_rope: Option<Rope>,
-    pub activation: Activation,
-    /// `down(act(gate(x)) * up(x))` (llama…) or `down(act(up(x)))` (phi).
-    pub gated_mlp: bool,
-    /// Attention and MLP read the same normed input and are added together (phi).
-    pub parallel_block: bool,
-    /// Multiply embeddings by `sqrt(hidden)` (gemma).
-    pub scale_embeddings: bool,
-    pub attn_scale: f64,
-    pub attn_softcap: Option<f64>,
-    pub final_softcap: Option<f64>,
-    /// RMSNorm of queries and keys before rotary embeddings (qwen3, olmo2).
-    pub qk_norm: QkNorm,
-    /// Sliding-window size per layer (mistral: all layers, gemma2: every other layer).
-    pub sliding_window: Vec<Option<usize>>,
-    pub names: TensorNames,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum NormKind {
-    Rms { eps: f32 },
-    Layer { eps: f32 },
-}
-
-/// Where queries and keys are normalized, after their projection and before rope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QkNorm {
-    None,
-    /// Over each head's `head_dim` features, one weight shared by the heads (qwen3).
-    PerHead,
-    /// Over the whole projection, `heads * head_dim` weights (olmo2).
-    Whole,
-}
-
-/// Tensor name prefixes (without `.weight`/`.bias`); `{i}` stands for the layer index.
-#[derive(Debug, Clone)]
-pub struct TensorNames {
-    pub embed: &'static str,
-    pub final_norm: &'static str,
-    pub lm_head: &'static str,
-    /// Norm before attention; `None` where the block normalizes outputs instead (olmo2).
-    pub attn_norm: Option<&'static str>,
-    /// Fused `[q; k; v]` projection, tried before the separate ones.
-    pub qkv: Option<&'static str>,
-    pub q: &'static str,
-    pub k: &'static str,
-    pub v: &'static str,
-    pub o: &'static str,
-    /// Query and key norms, read when the spec's `qk_norm` is not `None`.
-    pub q_norm: &'static str,
-    pub k_norm: &'static str,
-    pub post_attn_norm: Option<&'static str>,
-    pub ffn_norm: Option<&'static str>,
-    pub post_ffn_norm: Option<&'static str>,
-    /// Fused `[gate; up]` projection (phi3), tried before the separate ones.
-    pub gate_up: Option<&'static str>,
-    pub gate: &'static str,
-    pub up: &'static str,
-    pub down: &'static str,
-}
-
-impl TensorNames {
-    /// Hugging Face names of the llama family (llama, mistral, gemma, gemma2, phi3, qwen2,
-    /// qwen3, olmo2).
-    pub const HF_LLAMA: TensorNames = TensorNames {
-        embed: "model.embed_tokens",
-        final_norm: "model.norm",
-        lm_head: "lm_head",
-        attn_norm: Some("model.layers.{i}.input_layernorm"),
-        qkv: None,
-        q: "model.layers.{i}.self_attn.q_proj",
-        k: "model.layers.{i}.self_attn.k_proj",
-        v: "model.layers.{i}.self_attn.v_proj",
-        o: "model.layers.{i}.self_attn.o_proj",
-        q_norm: "model.layers.{i}.self_attn.q_norm",
-        k_norm: "model.layers.{i}.self_attn.k_norm",
-        post_attn_norm: None,
-        ffn_norm: Some("model.layers.{i}.post_attention_layernorm"),
-        post_ffn_norm: None,
-        gate_up: None,
-        gate: "model.layers.{i}.mlp.gate_proj",
-        up: "model.layers.{i}.mlp.up_proj",
-        down: "model.layers.{i}.mlp.down_proj",
-    };
-
-    /// llama.cpp names, shared by every GGUF architecture.
-    pub const GGUF: TensorNames = TensorNames {
-        embed: "token_embd",
-        final_norm: "output_norm",
-        lm_head: "output",
-        attn_norm: Some("blk.{i}.attn_norm"),
-        qkv: Some("blk.{i}.attn_qkv"),
-        q: "blk.{i}.attn_q",
-        k: "blk.{i}.attn_k",
-        v: "blk.{i}.attn_v",
-        o: "blk.{i}.attn_output",
-        q_norm: "blk.{i}.attn_q_norm",
-        k_norm: "blk.{i}.attn_k_norm",
-        post_attn_norm: None,
-        ffn_norm: Some("blk.{i}.ffn_norm"),
-        post_ffn_norm: None,
-        gate_up: None,
-        gate: "blk.{i}.ffn_gate",
-        up: "blk.{i}.ffn_up",
-        down: "blk.{i}.ffn_down",
-    };
-}
-
-fn layer_name(template: &str, layer: usize) -> String {
-    template.replace("{i}", &layer.to_string())
-}
 
 /// Projections whose outputs are split: fused in the checkpoint, or separate.
 #[derive(Debug, Clone)]
@@ -256,6 +128,16 @@ impl std::fmt::Debug for Embedding {
             }
         }
     }
+}
+
+/// Which new tokens' outputs a caller reads from the last layer: every one (scoring a text),
+/// or only some (each prompt's last token, whose logits start its generation; none while
+/// encoding a shared prefix). The last layer computes keys and values for every token —
+/// later tokens attend to them — but its output projection and MLP only for these rows.
+pub(super) enum Wanted<'a> {
+    All,
+    /// Indices into the `batch · new` tokens of the step, in the order returned.
+    Rows(&'a [u32]),
 }
 
 /// The rotary embedding of one layer with its `cos`/`sin` tables for this step.
@@ -465,19 +347,26 @@ impl DecoderModel {
     /// Runs new tokens through the model, filling the cache; returns the logits of each
     /// sequence's last token `(batch, vocab)` when asked.
     pub fn forward(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Option<Tensor>> {
-        let xs = self.uniform_hidden_states(step, cache)?;
+        let (batch, new) = step.tokens.dims2()?;
+        let last_tokens: Vec<u32> = if step.want_logits {
+            (1..=batch).map(|row| (row * new - 1) as u32).collect()
+        } else {
+            Vec::new()
+        };
+        let xs = self.uniform_hidden_states(step, cache, Wanted::Rows(&last_tokens))?;
         if !step.want_logits {
             return Ok(None);
         }
-        let new = xs.dim(1)?;
-        let last = xs.narrow(1, new - 1, 1)?.squeeze(1)?;
+        // `(batch, hidden)`: one row per sequence, whether or not the last layer was trimmed.
+        let last = xs.reshape((batch, (), self.spec.hidden_size))?;
+        let last = last.narrow(1, last.dim(1)? - 1, 1)?.squeeze(1)?;
         self.logits(&last).map(Some)
     }
 
     /// Like [`forward`](Self::forward) but returns the logits after every new token,
     /// `(batch, new, vocab)`: what scoring a given text needs.
     pub fn forward_all_logits(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Tensor> {
-        let xs = self.uniform_hidden_states(step, cache)?;
+        let xs = self.uniform_hidden_states(step, cache, Wanted::All)?;
         self.logits(&xs)
     }
 
@@ -505,7 +394,12 @@ impl DecoderModel {
 
     /// [`hidden_states`](Self::hidden_states) for a [`Step`]: every sequence writes its new
     /// keys and values at the step's slot and attends under the step's masks.
-    fn uniform_hidden_states(&self, step: &Step, cache: &mut [LayerCache]) -> CResult<Tensor> {
+    fn uniform_hidden_states(
+        &self,
+        step: &Step,
+        cache: &mut [LayerCache],
+        wanted: Wanted,
+    ) -> CResult<Tensor> {
         // Grouped-query attention folds the query groups into rows: repeat the masks to
         // match once here rather than in every layer.
         let group = self.spec.num_heads / self.spec.num_kv_heads.max(1);
@@ -530,10 +424,12 @@ impl DecoderModel {
             let (k, v) = call.cache.append(step.offset, call.k, call.v)?;
             attention(call.q, &k, &v, mask, scale, softcap, None)
         };
-        self.hidden_states(step.tokens, step.positions, cache, &mut attend)
+        self.hidden_states(step.tokens, step.positions, cache, &mut attend, wanted)
     }
 
-    /// The last layer's output for the new tokens `(batch, new)`, `(batch, new, hidden)`;
+    /// The last layer's output for the new tokens `(batch, new)`: `(batch, new, hidden)`
+    /// for [`Wanted::All`], else `(1, wanted rows, hidden)` in the order asked (every row
+    /// when trimming could change a row's numbers, see [`Self::trims_last_layer`]);
     /// `attend` stores each layer's new keys and values in its cache and attends.
     pub(super) fn hidden_states(
         &self,
@@ -541,6 +437,7 @@ impl DecoderModel {
         positions: &[Vec<u32>],
         cache: &mut [LayerCache],
         attend: &mut Attend,
+        wanted: Wanted,
     ) -> CResult<Tensor> {
         let (batch, new) = tokens.dims2()?;
         let ids = tokens.flatten_all()?;
@@ -562,6 +459,13 @@ impl DecoderModel {
             .as_ref()
             .map(|rope| rope.tables(positions, &self.device, self.dtype))
             .transpose()?;
+        let kept_rows = match wanted {
+            Wanted::Rows(rows) if rows.len() < batch * new && self.trims_last_layer() => {
+                Some(Tensor::from_slice(rows, rows.len(), &self.device)?)
+            }
+            _ => None,
+        };
+        let last_layer = self.layers.len().saturating_sub(1);
         for (index, (layer, layer_cache)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
             let (rope, (cos, sin)) = match (layer.sliding_window, &local_tables) {
                 (Some(_), Some(tables)) => (
@@ -571,11 +475,26 @@ impl DecoderModel {
                 _ => (&self.spec.rope, &global_tables),
             };
             let rotary = RotaryTables { rope, cos, sin };
-            xs = self.layer_forward(index, layer, &xs, &rotary, layer_cache, attend)?;
+            let kept = kept_rows.as_ref().filter(|_| index == last_layer);
+            xs = self.layer_forward(index, layer, &xs, &rotary, layer_cache, attend, kept)?;
         }
         Ok(xs)
     }
 
+    /// Whether the last layer may run its output projection and MLP on some rows only:
+    /// where each row's product is the same whatever rows share the call, so the rows kept
+    /// get the bits they would have had.
+    fn trims_last_layer(&self) -> bool {
+        self.layers.last().is_some_and(|layer| {
+            layer.o.rows_independent()
+                && layer.mlp_in.rows_independent()
+                && layer.down.rows_independent()
+        })
+    }
+
+    /// One layer over the new tokens; with `kept`, only those rows (of the `batch · new`)
+    /// go on past the attention, and the output is `(1, kept, hidden)`.
+    #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,
         index: usize,
@@ -584,6 +503,7 @@ impl DecoderModel {
         rotary: &RotaryTables,
         cache: &mut LayerCache,
         attend: &mut Attend,
+        kept: Option<&Tensor>,
     ) -> CResult<Tensor> {
         let spec = &self.spec;
         let (batch, new, _) = xs.dims3()?;
@@ -632,6 +552,23 @@ impl DecoderModel {
         let attn = attn
             .transpose(1, 2)?
             .reshape((batch, new, spec.num_heads * spec.head_dim))?;
+        // Keys and values are stored: the rows nobody reads stop here.
+        let only_kept = |t: &Tensor| -> CResult<Tensor> {
+            match kept {
+                Some(rows) => {
+                    let width = t.dim(2)?;
+                    t.reshape((batch * new, width))?
+                        .index_select(rows, 0)?
+                        .unsqueeze(0)
+                }
+                None => Ok(t.clone()),
+            }
+        };
+        let (attn, xs, normed) = (only_kept(&attn)?, only_kept(xs)?, only_kept(&normed)?);
+        if xs.dim(1)? == 0 {
+            return Ok(xs);
+        }
+        let xs = &xs;
         let mut attn = layer.o.forward(&attn)?;
         if let Some(norm) = &layer.post_attn_norm {
             attn = norm.forward(&attn)?;
@@ -683,3 +620,6 @@ impl DecoderModel {
         layer.down.forward(&hidden)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -106,8 +106,8 @@ impl Linear {
         Ok(Some((Linear::new(weight, bias), sizes)))
     }
 
-    /// Whether a row's product is the same whatever rows share the call: dense weights, or
-    /// quantized ones on the int8 panels. Elsewhere a call of few rows takes block dot
+    /// Whether a row's product is the same whatever rows share the call: dense weights
+    /// (few rows padded, see [`MIN_DENSE_ROWS`]), or quantized ones on the int8 panels. Elsewhere a call of few rows takes block dot
     /// products over 8-bit activations and one of many an f32 GEMM over expanded blocks.
     pub fn rows_independent(&self) -> bool {
         match &self.weight {
@@ -163,11 +163,27 @@ const DENSE_ROWS: usize = 16;
 
 /// `xs Wᵀ` as one 2-D GEMM over every token of every sequence: candle would otherwise run
 /// one small matmul per sequence of the batch.
+/// Fewer rows than this are padded with zero rows before a dense product on CPU: gemm
+/// takes other paths for a single row (and, on small matrices, for a few), which sum in
+/// another order, so a row's product would depend on how many rows share the call. From
+/// this many on it takes one path (`dense_rows_are_independent_of_their_call`), which is
+/// what lets prompts copy keys and values computed in another pass and the last layer run
+/// on some rows only.
+const MIN_DENSE_ROWS: usize = 8;
+
 fn dense_matmul(xs: &Tensor, w: &Tensor) -> CResult<Tensor> {
     let dims = xs.dims().to_vec();
     let (last, lead) = dims.split_last().expect("linear input has a feature dim");
     let rows: usize = lead.iter().product();
-    let flat = xs.reshape((rows, *last))?.matmul(&w.t()?)?;
+    let xs = xs.reshape((rows, *last))?;
+    let flat = if rows < MIN_DENSE_ROWS && xs.device().is_cpu() {
+        let padding = Tensor::zeros((MIN_DENSE_ROWS - rows, *last), xs.dtype(), xs.device())?;
+        Tensor::cat(&[&xs, &padding], 0)?
+            .matmul(&w.t()?)?
+            .narrow(0, 0, rows)?
+    } else {
+        xs.matmul(&w.t()?)?
+    };
     let mut out_dims = lead.to_vec();
     out_dims.push(w.dim(0)?);
     flat.reshape(out_dims)
@@ -629,4 +645,40 @@ fn expand_cpu(t: &Tensor, len: usize, batch: usize, capacity: usize) -> CResult<
         }
     }
     Tensor::from_vec(out, (batch, heads, capacity, head_dim), t.device())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row's dense product has the same bits whatever rows share the call, from one
+    /// row to many, on the tiny test models' shapes and SmolLM2's.
+    #[test]
+    fn dense_rows_are_independent_of_their_call() {
+        let device = Device::Cpu;
+        for (k, n) in [
+            (64, 64),
+            (64, 128),
+            (128, 64),
+            (576, 576),
+            (576, 1536),
+            (1536, 576),
+        ] {
+            let xs = Tensor::randn(0f32, 1.0, (40, k), &device).unwrap();
+            let w = Tensor::randn(0f32, 1.0, (n, k), &device).unwrap();
+            let all = dense_matmul(&xs, &w).unwrap().to_vec2::<f32>().unwrap();
+            for rows in [1, 2, 3, 5, 7, 8, 9, 17, 33] {
+                for first in [0, 40 - rows] {
+                    let part = dense_matmul(&xs.narrow(0, first, rows).unwrap(), &w)
+                        .unwrap()
+                        .to_vec2::<f32>()
+                        .unwrap();
+                    assert!(
+                        part.iter().zip(&all[first..]).all(|(a, b)| a == b),
+                        "{rows} rows from {first} of a {k} → {n} product differ from the same rows among 40"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -38,6 +38,7 @@
 pub mod arch;
 pub mod decode_attention;
 pub mod decoder;
+pub mod decoder_spec;
 pub mod error;
 pub mod fetch;
 pub mod files;

@@ -9,7 +9,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::decoder::{DecoderModel, LayerAttention};
+use super::decoder::{DecoderModel, LayerAttention, Wanted};
 use super::layers::{CResult, LayerCache, attention};
 use super::prefill_attention::{self, Queries};
 
@@ -275,15 +275,27 @@ pub(super) fn prefill(
             }
             Tensor::cat(&outputs, 2)
         };
-        let tokens = Tensor::from_vec(tokens, (1, positions[0].len()), model.device())?;
-        let hidden = model.hidden_states(&tokens, &positions, cache, &mut attend)?;
-        let hidden = hidden.squeeze(0)?;
+        // Only the prompts ending in this pass need the last layer's output, at their last
+        // token.
+        let mut ending = Vec::new();
+        let mut last_tokens = Vec::new();
         let mut packed = 0;
         for segment in &pass {
             packed += segment.end - segment.start;
             if segment.end == lengths[segment.row] {
-                last_hidden[segment.row] = Some(hidden.narrow(0, packed - 1, 1)?);
+                ending.push(segment.row);
+                last_tokens.push((packed - 1) as u32);
             }
+        }
+        let tokens = Tensor::from_vec(tokens, (1, positions[0].len()), model.device())?;
+        let wanted = Wanted::Rows(&last_tokens);
+        let hidden = model.hidden_states(&tokens, &positions, cache, &mut attend, wanted)?;
+        let hidden = hidden.squeeze(0)?;
+        // Every row comes back when the model could not trim: pick the wanted ones.
+        let trimmed = hidden.dim(0)? == last_tokens.len();
+        for (kept, (&row, &token)) in ending.iter().zip(&last_tokens).enumerate() {
+            let at = if trimmed { kept } else { token as usize };
+            last_hidden[row] = Some(hidden.narrow(0, at, 1)?);
         }
     }
     let last: Vec<Tensor> = last_hidden

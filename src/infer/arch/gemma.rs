@@ -2,7 +2,7 @@
 //! embeddings scaled by `sqrt(hidden)`, GeGLU MLP and tied embeddings.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::DecoderSpec;
+use crate::infer::decoder_spec::DecoderSpec;
 use crate::infer::layers::Activation;
 
 /// `config.json` of gemma checkpoints.

@@ -2,7 +2,7 @@
 //! around the MLP, logit soft-capping, and sliding-window attention on every other layer.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::{DecoderSpec, TensorNames};
+use crate::infer::decoder_spec::{DecoderSpec, TensorNames};
 use crate::infer::weights::GgufMetadata;
 
 /// `config.json` of gemma2 checkpoints.

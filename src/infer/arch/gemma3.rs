@@ -4,7 +4,7 @@
 //! rotary base on the sliding layers, and no logit soft-capping.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::{DecoderSpec, QkNorm, TensorNames};
+use crate::infer::decoder_spec::{DecoderSpec, QkNorm, TensorNames};
 use crate::infer::layers::Rope;
 use crate::infer::weights::GgufMetadata;
 

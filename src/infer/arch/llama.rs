@@ -2,7 +2,7 @@
 //! rotary embeddings (with Llama 3.1 scaling), grouped-query attention, SwiGLU MLP.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::{DecoderSpec, NormKind, QkNorm, TensorNames};
+use crate::infer::decoder_spec::{DecoderSpec, NormKind, QkNorm, TensorNames};
 
 /// `config.json` of llama checkpoints (the shared fields; see [`Common`]).
 pub type Config = Common;

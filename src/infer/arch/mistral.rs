@@ -2,7 +2,7 @@
 //! GGUF files of Mistral say `general.architecture = "llama"` and load through llama.rs.
 
 use super::Common;
-use crate::infer::decoder::DecoderSpec;
+use crate::infer::decoder_spec::DecoderSpec;
 
 /// `config.json` of mistral checkpoints (llama's fields plus `sliding_window`).
 pub type Config = Common;

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::decoder::{DecoderSpec, NormKind, QkNorm, TensorNames};
+use super::decoder_spec::{DecoderSpec, NormKind, QkNorm, TensorNames};
 use super::error::{LocalError, SUPPORTED_GGUF_ARCHITECTURES, SUPPORTED_MODEL_TYPES};
 use super::layers::{Activation, Rope};
 use super::weights::GgufMetadata;

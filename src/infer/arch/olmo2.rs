@@ -4,7 +4,7 @@
 //! RMSNorm over the whole projected queries and keys (not per head) before rope.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::{DecoderSpec, NormKind, QkNorm, TensorNames};
+use crate::infer::decoder_spec::{DecoderSpec, NormKind, QkNorm, TensorNames};
 
 /// `config.json` of olmo2 checkpoints.
 pub type Config = Common;

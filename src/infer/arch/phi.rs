@@ -2,7 +2,7 @@
 //! the same normed input, partial rotary embeddings, GELU MLP, biases everywhere.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::{DecoderSpec, NormKind, TensorNames};
+use crate::infer::decoder_spec::{DecoderSpec, NormKind, TensorNames};
 use crate::infer::layers::Activation;
 
 /// `config.json` of phi checkpoints.

@@ -2,7 +2,7 @@
 //! `gate_up_proj` projections.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::{DecoderSpec, TensorNames};
+use crate::infer::decoder_spec::{DecoderSpec, TensorNames};
 
 /// `config.json` of phi3 checkpoints.
 pub type Config = Common;
@@ -24,7 +24,7 @@ pub fn spec(config: &Config) -> Result<DecoderSpec, String> {
     spec.arch = "phi3".into();
     let factor = config.partial_rotary_factor.unwrap_or(1.0);
     spec.rope = config.rope((spec.head_dim as f64 * factor) as usize)?;
-    spec.norm = crate::infer::decoder::NormKind::Rms {
+    spec.norm = crate::infer::decoder_spec::NormKind::Rms {
         eps: config.rms_norm_eps.unwrap_or(1e-5) as f32,
     };
     // Phi-3-mini-4k attends within a 2047-token window.

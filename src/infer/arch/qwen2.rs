@@ -3,7 +3,7 @@
 //! sliding-window attention on the upper layers only when `use_sliding_window` is set.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::{DecoderSpec, NormKind};
+use crate::infer::decoder_spec::{DecoderSpec, NormKind};
 
 /// `config.json` of qwen2 checkpoints.
 pub type Config = Common;

@@ -3,7 +3,7 @@
 //! before rotary embeddings, and a `head_dim` that need not be hidden / heads.
 
 use super::{Common, GgufHparams};
-use crate::infer::decoder::{DecoderSpec, QkNorm};
+use crate::infer::decoder_spec::{DecoderSpec, QkNorm};
 
 /// `config.json` of qwen3 checkpoints.
 pub type Config = Common;
