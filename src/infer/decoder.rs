@@ -14,6 +14,7 @@ use super::layers::{Activation, CResult, LayerCache, Linear, Norm, Rope, attenti
 use super::rotary_heads::rotate_into_heads;
 use super::tensor_values::with_f32_values;
 use super::weights::Weights;
+use tabcontam_kernels::activation::Gate;
 
 /// Projections whose outputs are split: fused in the checkpoint, or separate.
 #[derive(Debug, Clone)]
@@ -590,11 +591,16 @@ impl DecoderModel {
     }
 
     fn mlp(&self, layer: &Layer, xs: &Tensor) -> CResult<Tensor> {
-        // SiLU-gated with gate and up in one matmul, on CPU: one fused pass over both
-        // halves (`tabcontam_kernels::activation`) instead of candle's three.
+        // SiLU- or GELU-gated with gate and up in one matmul, on CPU: one fused pass over
+        // both halves (`tabcontam_kernels::activation`) instead of candle's three.
+        let gate = match self.spec.activation {
+            Activation::Silu => Some(Gate::Silu),
+            Activation::GeluTanh => Some(Gate::GeluTanh),
+            Activation::GeluErf | Activation::Relu => None,
+        };
         if let Projection::Fused { linear, sizes } = &layer.mlp_in
             && self.spec.gated_mlp
-            && self.spec.activation == Activation::Silu
+            && let Some(gate) = gate
             && sizes.len() == 2
             && sizes[0] == sizes[1]
             && xs.device().is_cpu()
@@ -605,7 +611,7 @@ impl DecoderModel {
             let hidden = sizes[0];
             let rows = joined.elem_count() / (2 * hidden);
             let product = with_f32_values(&joined, |values| {
-                tabcontam_kernels::activation::silu_mul(values, rows, hidden)
+                tabcontam_kernels::activation::gated(gate, values, rows, hidden)
             })?;
             *dims.last_mut().expect("a feature dim") = hidden;
             let hidden = Tensor::from_vec(product, dims, xs.device())?;
