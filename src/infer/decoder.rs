@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Tensor};
+use tabcontam_kernels::activation::Gate;
 
 use super::decoder_spec::{DecoderSpec, NormKind, QkNorm, layer_name};
 use super::error::{CandleContext, LocalError};
@@ -14,7 +15,6 @@ use super::layers::{Activation, CResult, LayerCache, Linear, Norm, Rope, attenti
 use super::rotary_heads::rotate_into_heads;
 use super::tensor_values::with_f32_values;
 use super::weights::Weights;
-use tabcontam_kernels::activation::Gate;
 
 /// Projections whose outputs are split: fused in the checkpoint, or separate.
 #[derive(Debug, Clone)]
