@@ -135,6 +135,7 @@ impl std::fmt::Debug for Embedding {
 /// or only some (each prompt's last token, whose logits start its generation; none while
 /// encoding a shared prefix). The last layer computes keys and values for every token —
 /// later tokens attend to them — but its output projection and MLP only for these rows.
+#[derive(Clone, Copy)]
 pub(super) enum Wanted<'a> {
     All,
     /// Indices into the `batch · new` tokens of the step, in the order returned.
@@ -358,10 +359,7 @@ impl DecoderModel {
         if !step.want_logits {
             return Ok(None);
         }
-        // `(batch, hidden)`: one row per sequence, whether or not the last layer was trimmed.
-        let last = xs.reshape((batch, (), self.spec.hidden_size))?;
-        let last = last.narrow(1, last.dim(1)? - 1, 1)?.squeeze(1)?;
-        self.logits(&last).map(Some)
+        self.logits(&xs.squeeze(0)?).map(Some)
     }
 
     /// Like [`forward`](Self::forward) but returns the logits after every new token,
@@ -429,8 +427,9 @@ impl DecoderModel {
     }
 
     /// The last layer's output for the new tokens `(batch, new)`: `(batch, new, hidden)`
-    /// for [`Wanted::All`], else `(1, wanted rows, hidden)` in the order asked (every row
-    /// when trimming could change a row's numbers, see [`Self::trims_last_layer`]);
+    /// for [`Wanted::All`], else `(1, wanted rows, hidden)` in the order asked (the last
+    /// layer runs on those rows only where that changes no row's numbers, see
+    /// [`Self::trims_last_layer`]; otherwise they are picked from its whole output);
     /// `attend` stores each layer's new keys and values in its cache and attends.
     pub(super) fn hidden_states(
         &self,
@@ -460,11 +459,15 @@ impl DecoderModel {
             .as_ref()
             .map(|rope| rope.tables(positions, &self.device, self.dtype))
             .transpose()?;
-        let kept_rows = match wanted {
-            Wanted::Rows(rows) if rows.len() < batch * new && self.trims_last_layer() => {
-                Some(Tensor::from_slice(rows, rows.len(), &self.device)?)
-            }
-            _ => None,
+        // Every row in order needs no selection; a subset is kept in the last layer, or
+        // picked from its output where trimming could change a row's numbers.
+        let every_row = |rows: &[u32]| rows.iter().enumerate().all(|(i, &r)| r as usize == i);
+        let indices = |rows: &[u32]| Tensor::from_slice(rows, rows.len(), &self.device);
+        let (trimmed, picked) = match wanted {
+            Wanted::Rows(rows) if rows.len() == batch * new && every_row(rows) => (None, None),
+            Wanted::Rows(rows) if self.trims_last_layer() => (Some(indices(rows)?), None),
+            Wanted::Rows(rows) => (None, Some(indices(rows)?)),
+            Wanted::All => (None, None),
         };
         let last_layer = self.layers.len().saturating_sub(1);
         for (index, (layer, layer_cache)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
@@ -476,10 +479,15 @@ impl DecoderModel {
                 _ => (&self.spec.rope, &global_tables),
             };
             let rotary = RotaryTables { rope, cos, sin };
-            let kept = kept_rows.as_ref().filter(|_| index == last_layer);
+            let kept = trimmed.as_ref().filter(|_| index == last_layer);
             xs = self.layer_forward(index, layer, &xs, &rotary, layer_cache, attend, kept)?;
         }
-        Ok(xs)
+        match (wanted, picked) {
+            (Wanted::All, _) => Ok(xs),
+            (Wanted::Rows(_), Some(rows)) => select_rows(&xs, &rows),
+            // Trimmed, or every row in order.
+            (Wanted::Rows(_), None) => xs.reshape((1, (), self.spec.hidden_size)),
+        }
     }
 
     /// Whether the last layer may run its output projection and MLP on some rows only:
@@ -556,16 +564,11 @@ impl DecoderModel {
         // Keys and values are stored: the rows nobody reads stop here.
         let only_kept = |t: &Tensor| -> CResult<Tensor> {
             match kept {
-                Some(rows) => {
-                    let width = t.dim(2)?;
-                    t.reshape((batch * new, width))?
-                        .index_select(rows, 0)?
-                        .unsqueeze(0)
-                }
+                Some(rows) => select_rows(t, rows),
                 None => Ok(t.clone()),
             }
         };
-        let (attn, xs, normed) = (only_kept(&attn)?, only_kept(xs)?, only_kept(&normed)?);
+        let (attn, xs) = (only_kept(&attn)?, only_kept(xs)?);
         if xs.dim(1)? == 0 {
             return Ok(xs);
         }
@@ -575,7 +578,7 @@ impl DecoderModel {
             attn = norm.forward(&attn)?;
         }
         if spec.parallel_block {
-            let mlp = self.mlp(layer, &normed)?;
+            let mlp = self.mlp(layer, &only_kept(&normed)?)?;
             return (xs + attn)? + mlp;
         }
         let xs = (xs + attn)?;
@@ -625,6 +628,14 @@ impl DecoderModel {
         };
         layer.down.forward(&hidden)
     }
+}
+
+/// Rows `rows` of a `(batch, new, width)` tensor's `batch · new`, as `(1, rows, width)`.
+fn select_rows(t: &Tensor, rows: &Tensor) -> CResult<Tensor> {
+    let (batch, new, width) = t.dims3()?;
+    t.reshape((batch * new, width))?
+        .index_select(rows, 0)?
+        .unsqueeze(0)
 }
 
 #[cfg(test)]

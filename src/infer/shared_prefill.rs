@@ -291,10 +291,7 @@ pub(super) fn prefill(
         let wanted = Wanted::Rows(&last_tokens);
         let hidden = model.hidden_states(&tokens, &positions, cache, &mut attend, wanted)?;
         let hidden = hidden.squeeze(0)?;
-        // Every row comes back when the model could not trim: pick the wanted ones.
-        let trimmed = hidden.dim(0)? == last_tokens.len();
-        for (kept, (&row, &token)) in ending.iter().zip(&last_tokens).enumerate() {
-            let at = if trimmed { kept } else { token as usize };
+        for (at, &row) in ending.iter().enumerate() {
             last_hidden[row] = Some(hidden.narrow(0, at, 1)?);
         }
     }

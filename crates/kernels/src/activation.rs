@@ -29,12 +29,6 @@ pub enum Gate {
 /// `√(2/π)`, as candle spells it.
 const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
 
-/// `silu(gate) · up` for `rows` rows of `2 · hidden` values (the gate half, then the up
-/// half); row-major `(rows, hidden)`.
-pub fn silu_mul(gate_up: &[f32], rows: usize, hidden: usize) -> Vec<f32> {
-    gated(Gate::Silu, gate_up, rows, hidden)
-}
-
 /// `act(gate) · up` for `rows` rows of `2 · hidden` values (the gate half, then the up
 /// half); row-major `(rows, hidden)`.
 pub fn gated(gate: Gate, gate_up: &[f32], rows: usize, hidden: usize) -> Vec<f32> {
@@ -225,7 +219,7 @@ mod tests {
                 }
             }
         }
-        let whole = silu_mul(&gate_up, ROWS, HIDDEN);
+        let whole = gated(Gate::Silu, &gate_up, ROWS, HIDDEN);
         assert_eq!(whole, by_rows(Gate::Silu, crate::cpu::isa(), &gate_up));
     }
 
