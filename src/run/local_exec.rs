@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 
+use super::lane_walk::LaneWalk;
 use super::model_spec::ModelSpec;
 use super::outcome::{Outcome, OutcomeSender};
 use crate::infer::fetch::{
@@ -305,9 +306,9 @@ pub type BatchDone<'a> =
     dyn Fn(&[usize], Vec<crate::request::Response>, LocalStats) -> bool + Sync + 'a;
 
 /// Runs `batches` (from [`schedule`]) on `lanes` lanes sharing `local` (see [`Lane`]):
-/// each lane takes the next batch in schedule order, so consecutive batches, which share
-/// their test's instructions, run close together and each lane's kept prefix serves its
-/// next batch. `halt` is checked between batches; `current` holds the first request of a
+/// pairs of lanes walk stretches of the schedule from both ends ([`LaneWalk`]), so each
+/// batch a lane runs follows the one before it in token order and the lane's kept prefix
+/// serves it. `halt` is checked between batches; `current` holds the first request of a
 /// running batch. The first lane to fail stops the others after their batch in progress;
 /// returns every lane's counters.
 #[allow(clippy::too_many_arguments)]
@@ -322,7 +323,8 @@ pub fn run_in_lanes(
     done: &BatchDone<'_>,
 ) -> Result<LocalStats, LocalFailure> {
     let lanes = lanes.min(batches.len()).max(1);
-    let next = AtomicUsize::new(0);
+    let budgets: Vec<u32> = batches.iter().map(|b| budget(requests, b)).collect();
+    let walk = LaneWalk::new(&budgets, lanes);
     let stopped = AtomicBool::new(false);
     let lane_stats = Mutex::new(vec![LocalStats::default(); lanes]);
     let total = || {
@@ -338,12 +340,20 @@ pub fn run_in_lanes(
             if halt.load(Ordering::SeqCst) || stopped.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            let Some(batch) = batches.get(next.fetch_add(1, Ordering::SeqCst)) else {
+            let Some(step) = walk.next(index) else {
                 return Ok(());
+            };
+            // Walking backward, the batch's prompts run in reverse too: its first then
+            // follows the lane's kept prompt in token order (its answers do not depend
+            // on their row in the batch).
+            let batch: Vec<usize> = if step.backward {
+                batches[step.batch].iter().rev().copied().collect()
+            } else {
+                batches[step.batch].clone()
             };
             current.store(batch[0], Ordering::SeqCst);
             let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                respond(local, &mut lane, requests, tokenized, batch)
+                respond(local, &mut lane, requests, tokenized, &batch)
             }));
             let failure = |kind, message| {
                 stopped.store(true, Ordering::SeqCst);
@@ -365,7 +375,7 @@ pub fn run_in_lanes(
                 }
             };
             lane_stats.lock().unwrap_or_else(|e| e.into_inner())[index] = lane.stats();
-            if !done(batch, responses, total()) {
+            if !done(&batch, responses, total()) {
                 stopped.store(true, Ordering::SeqCst);
                 return Ok(());
             }
@@ -481,15 +491,17 @@ pub fn schedule(requests: &[Request], tokenized: &[Vec<u32>], max_batch: usize) 
     // that may decode for hundreds of steps then runs while other lanes have work, and the
     // run ends on short answers. On the demo its 46-step batch came last, one lane idle
     // for its 5 s.
-    let budget = |batch: &Vec<usize>| {
-        batch
-            .iter()
-            .map(|&i| requests[i].params.max_tokens)
-            .max()
-            .unwrap_or(0)
-    };
-    batches.sort_by_key(|batch| std::cmp::Reverse(budget(batch)));
+    batches.sort_by_key(|batch| std::cmp::Reverse(budget(requests, batch)));
     batches
+}
+
+/// A micro-batch's token budget: the largest of its requests'.
+fn budget(requests: &[Request], batch: &[usize]) -> u32 {
+    batch
+        .iter()
+        .map(|&i| requests[i].params.max_tokens)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Runs one micro-batch of [`schedule`] on a lane (see [`Lane`]): its prompts' responses,

@@ -6,6 +6,7 @@ pub mod blind;
 pub mod calibration_study;
 pub mod decide;
 pub mod execute;
+mod lane_walk;
 pub mod likelihood;
 pub mod local_exec;
 pub mod model_spec;
