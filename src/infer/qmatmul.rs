@@ -102,8 +102,10 @@ fn product_of_rows(
 fn panel_blocks(dtype: GgmlDType) -> Option<Blocks> {
     match dtype {
         GgmlDType::Q4_1 => Some(Blocks::Q4_1),
+        GgmlDType::Q5_0 => Some(Blocks::Q5_0),
         GgmlDType::Q8_0 => Some(Blocks::Q8_0),
         GgmlDType::Q4K => Some(Blocks::Q4K),
+        GgmlDType::Q6K => Some(Blocks::Q6K),
         _ => None,
     }
 }

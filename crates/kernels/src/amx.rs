@@ -3,7 +3,8 @@
 //! where AVX-512 VNNI needs 128 `vpdpbusd`. The weight tile keeps [`crate::vnni`]'s layout
 //! (per block, 8 groups of 4 codes × 16 columns: exactly the B operand AMX wants), the
 //! activations are loaded straight from their rows, and the block's scales are applied in
-//! AVX-512 registers as on the VNNI path, so both paths sum the same integers.
+//! AVX-512 registers as on the VNNI path, so both paths sum the same integers. Q6_K's tiles
+//! (a scale per half block) run on the VNNI kernel instead (`vnni::amx_for`).
 //!
 //! Linux hands out the tile registers only to a process that asks
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`): [`crate::cpu::amx_usable`] asks once, and a

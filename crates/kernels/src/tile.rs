@@ -13,12 +13,19 @@ pub(crate) const GROUPS: usize = BLOCK / 4;
 /// codes of each column, column-major within the group), then the 16 scales and 16
 /// minimums. Columns past the weight's last row are zero (and never written out).
 ///
+/// Q6_K's blocks of 32 are two sub-blocks of 16 values with scales of their own and the
+/// offset −32 in both: its tiles hold the first half's scales in `scales` and the second
+/// half's in `minimums` ([`Blocks::halves`]), and the kernel subtracts 32 × each half's
+/// activation code sum from that half's integer dot product.
+///
 /// 4-bit codes may be `packed`: per block 4 words of 64 bytes, the low nibbles of word `g`
 /// group `g` and its high nibbles group `g + 4` (as Q4_1 stores them). Half the bytes to
 /// read, which is what a decoding step waits for; the VNNI kernel splits the nibbles in
 /// registers, AMX reads whole bytes only.
 pub(crate) struct Tile {
     pub(crate) packed: bool,
+    /// Whether its blocks have a scale per half ([`Blocks::halves`]), set by [`Tile::fill`].
+    pub(crate) halves: bool,
     pub(crate) codes: Vec<u8>,
     pub(crate) scales: Vec<f32>,
     pub(crate) minimums: Vec<f32>,
@@ -28,17 +35,25 @@ pub(crate) struct Tile {
 const Q4_1_BLOCK_BYTES: usize = 20;
 /// Bytes per stored Q8_0 block (f16 scale, 32 signed codes).
 const Q8_0_BLOCK_BYTES: usize = 34;
+/// Bytes per stored Q5_0 block (f16 scale, 4 bytes of fifth bits, 16 bytes of nibbles).
+const Q5_0_BLOCK_BYTES: usize = 22;
 /// Values and bytes per stored Q4_K super block (f16 `d`, f16 `dmin`, 12 bytes of 6-bit
 /// sub-block scales and minimums, 128 bytes of nibbles).
 const Q4_K_VALUES: usize = 256;
 const Q4_K_BLOCK_BYTES: usize = 144;
+/// Values and bytes per stored Q6_K super block (128 bytes of low nibbles, 64 of high
+/// 2-bit pairs, 16 signed 8-bit sub-block scales, f16 `d`).
+const Q6_K_VALUES: usize = 256;
+const Q6_K_BLOCK_BYTES: usize = 210;
 
 /// The stored block types the panels multiply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Blocks {
     Q4_1,
+    Q5_0,
     Q8_0,
     Q4K,
+    Q6K,
 }
 
 impl Blocks {
@@ -46,9 +61,17 @@ impl Blocks {
     pub(crate) fn row_bytes(self, k: usize) -> usize {
         match self {
             Blocks::Q4_1 => k / BLOCK * Q4_1_BLOCK_BYTES,
+            Blocks::Q5_0 => k / BLOCK * Q5_0_BLOCK_BYTES,
             Blocks::Q8_0 => k / BLOCK * Q8_0_BLOCK_BYTES,
             Blocks::Q4K => k / Q4_K_VALUES * Q4_K_BLOCK_BYTES,
+            Blocks::Q6K => k / Q6_K_VALUES * Q6_K_BLOCK_BYTES,
         }
+    }
+
+    /// Whether each block's two halves of 16 values have scales of their own (Q6_K: see
+    /// [`Tile`]).
+    pub(crate) fn halves(self) -> bool {
+        self == Blocks::Q6K
     }
 
     /// Whether the codes are 4-bit (two fit a byte of the packed panel layout).
@@ -59,8 +82,9 @@ impl Blocks {
     /// Whether rows of `k` values are whole stored blocks.
     pub fn fits(self, k: usize) -> bool {
         match self {
-            Blocks::Q4_1 | Blocks::Q8_0 => k.is_multiple_of(BLOCK),
+            Blocks::Q4_1 | Blocks::Q5_0 | Blocks::Q8_0 => k.is_multiple_of(BLOCK),
             Blocks::Q4K => k.is_multiple_of(Q4_K_VALUES),
+            Blocks::Q6K => k.is_multiple_of(Q6_K_VALUES),
         }
     }
 }
@@ -78,6 +102,7 @@ impl Tile {
     pub(crate) fn new(blocks: usize, packed: bool) -> Self {
         let mut tile = Tile {
             packed,
+            halves: false,
             codes: Vec::new(),
             scales: Vec::new(),
             minimums: Vec::new(),
@@ -104,46 +129,112 @@ impl Tile {
         columns: usize,
     ) {
         let row_bytes = kind.row_bytes(k);
+        self.halves = kind.halves();
         match kind {
             // SAFETY: callers hold `available()` (AVX-512 F/BW); the rows exist.
             Blocks::Q4_1 => unsafe { avx512::fill_q4_1(self, data, row_bytes, first, columns) },
             // SAFETY: as above.
             Blocks::Q8_0 => unsafe { avx512::fill_q8_0(self, data, row_bytes, first, columns) },
-            Blocks::Q4K => self.fill_q4_k(data, row_bytes, first, columns),
+            // One column at a time: their scales are unpacked per column.
+            Blocks::Q5_0 | Blocks::Q4K | Blocks::Q6K => {
+                if columns < TILE {
+                    self.codes.fill(0);
+                    self.scales.fill(0.0);
+                    self.minimums.fill(0.0);
+                }
+                for j in 0..columns {
+                    let row = &data[(first + j) * row_bytes..(first + j + 1) * row_bytes];
+                    match kind {
+                        Blocks::Q5_0 => self.column_q5_0(j, row),
+                        Blocks::Q4K => self.column_q4_k(j, row),
+                        _ => self.column_q6_k(j, row),
+                    }
+                }
+            }
         }
     }
 
-    /// Weight rows `first..first + columns` (≤ 16) of Q4_K data in the panel layout, one
-    /// column at a time (its 6-bit sub-block scales are unpacked per column).
-    fn fill_q4_k(&mut self, data: &[u8], row_bytes: usize, first: usize, columns: usize) {
-        if columns < TILE {
-            self.codes.fill(0);
-            self.scales.fill(0.0);
-            self.minimums.fill(0.0);
+    /// Column `j` of the tile from its weight `row` of Q5_0 data: codes `q` in 0…31 (the
+    /// value is `d·(q − 16)`), offset `−16·d`.
+    fn column_q5_0(&mut self, j: usize, row: &[u8]) {
+        for (b, block) in row.chunks_exact(Q5_0_BLOCK_BYTES).enumerate() {
+            let d = f16(block[0], block[1]);
+            let fifth_bits = u32::from_le_bytes(block[2..6].try_into().expect("4 bytes"));
+            let nibbles = &block[6..22];
+            let mut codes = [0u8; BLOCK];
+            for (i, code) in codes.iter_mut().enumerate() {
+                // Value `i < 16` is the low nibble of byte `i`, value `16 + i` its high
+                // nibble; bit `i` of the 32 fifth bits belongs to value `i`.
+                let nibble = if i < 16 {
+                    nibbles[i] & 0x0F
+                } else {
+                    nibbles[i - 16] >> 4
+                };
+                *code = nibble | (((fifth_bits >> i) & 1) as u8) << 4;
+            }
+            self.set_block(b, j, d, -16.0 * d, &codes);
         }
-        for j in 0..columns {
-            let row = &data[(first + j) * row_bytes..(first + j + 1) * row_bytes];
-            for (super_block, block) in row.chunks_exact(Q4_K_BLOCK_BYTES).enumerate() {
-                let d = f16(block[0], block[1]);
-                let dmin = f16(block[2], block[3]);
-                let scales: &[u8; 12] = block[4..16].try_into().expect("12 bytes");
-                for pair in 0..4 {
-                    let nibbles = &block[16 + 32 * pair..16 + 32 * (pair + 1)];
-                    for (half, shift) in [(0, 0), (1, 4)] {
-                        let sub = 2 * pair + half;
-                        let (scale, minimum) = q4_k_scale_min(sub, scales);
-                        let mut codes = [0u8; BLOCK];
-                        for (code, &byte) in codes.iter_mut().zip(nibbles) {
-                            *code = (byte >> shift) & 0x0F;
-                        }
-                        self.set_block(
-                            super_block * 8 + sub,
-                            j,
-                            d * f32::from(scale),
-                            -dmin * f32::from(minimum),
-                            &codes,
-                        );
+    }
+
+    /// Column `j` of the tile from its weight `row` of Q6_K data: codes `q` in 0…63 (the
+    /// value is `d·sc·(q − 32)`), the first half's scales `d·sc` in `scales`, the second
+    /// half's in `minimums`.
+    fn column_q6_k(&mut self, j: usize, row: &[u8]) {
+        for (super_block, block) in row.chunks_exact(Q6_K_BLOCK_BYTES).enumerate() {
+            let (low, rest) = block.split_at(128);
+            let (high, rest) = rest.split_at(64);
+            let (sub_scales, d) = rest.split_at(16);
+            let d = f16(d[0], d[1]);
+            let mut codes = [0u8; Q6_K_VALUES];
+            for (i, code) in codes.iter_mut().enumerate() {
+                // ggml's order: per 128 values, 4 runs of 32 from the low nibbles of
+                // bytes 0..32, of 32..64, the high nibbles of 0..32, of 32..64; the
+                // 2-bit pairs of byte `l` of the 32 high bytes at shifts 0, 2, 4, 6.
+                let (half, run, l) = (i / 128, i % 128 / 32, i % 32);
+                let byte = low[half * 64 + l + 32 * (run % 2)];
+                let nibble = if run < 2 { byte & 0x0F } else { byte >> 4 };
+                let pair = (high[half * 32 + l] >> (2 * run)) & 3;
+                *code = nibble | pair << 4;
+            }
+            for b in 0..Q6_K_VALUES / BLOCK {
+                let scale = |sub: usize| d * f32::from(sub_scales[sub] as i8);
+                let block_codes = codes[b * BLOCK..(b + 1) * BLOCK]
+                    .try_into()
+                    .expect("a block");
+                self.set_block(
+                    super_block * 8 + b,
+                    j,
+                    scale(2 * b),
+                    scale(2 * b + 1),
+                    block_codes,
+                );
+            }
+        }
+    }
+
+    /// Column `j` of the tile from its weight `row` of Q4_K data (its 6-bit sub-block scales
+    /// unpacked).
+    fn column_q4_k(&mut self, j: usize, row: &[u8]) {
+        for (super_block, block) in row.chunks_exact(Q4_K_BLOCK_BYTES).enumerate() {
+            let d = f16(block[0], block[1]);
+            let dmin = f16(block[2], block[3]);
+            let scales: &[u8; 12] = block[4..16].try_into().expect("12 bytes");
+            for pair in 0..4 {
+                let nibbles = &block[16 + 32 * pair..16 + 32 * (pair + 1)];
+                for (half, shift) in [(0, 0), (1, 4)] {
+                    let sub = 2 * pair + half;
+                    let (scale, minimum) = q4_k_scale_min(sub, scales);
+                    let mut codes = [0u8; BLOCK];
+                    for (code, &byte) in codes.iter_mut().zip(nibbles) {
+                        *code = (byte >> shift) & 0x0F;
                     }
+                    self.set_block(
+                        super_block * 8 + sub,
+                        j,
+                        d * f32::from(scale),
+                        -dmin * f32::from(minimum),
+                        &codes,
+                    );
                 }
             }
         }

@@ -4,13 +4,16 @@
 //! activation bytes (broadcast), and every activation row of a pass reuses the loaded
 //! weights from a register.
 //!
-//! Three stored block types share the layout, since each is, per run of 32 weights, a
-//! scale, an offset and unsigned codes: Q4_1 (`d·q + m`, q < 16), Q8_0 (`d·(q + 128) −
-//! 128·d`: the signed codes shifted into the unsigned operand of `vpdpbusd`) and Q4_K
-//! (`d·sc·q − dmin·m` per 32-value sub-block of its 256-value super block). The offset
-//! meets the activations through their scaled code sum (`d·Σq`), so one kernel serves all
-//! three: Q4_1 with the sum rounded to f16 as llama.cpp's q8_1 stores it, the others with
-//! the exact sum (Q8_0's large offset would magnify the rounding).
+//! Four stored block types share the layout, since each is, per run of 32 weights, a
+//! scale, an offset and unsigned codes: Q4_1 (`d·q + m`, q < 16), Q5_0 (`d·q − 16·d`, q <
+//! 32), Q8_0 (`d·(q + 128) − 128·d`: the signed codes shifted into the unsigned operand of
+//! `vpdpbusd`) and Q4_K (`d·sc·q − dmin·m` per 32-value sub-block of its 256-value super
+//! block). The offset meets the activations through their scaled code sum (`d·Σq`), so one
+//! kernel serves all four: Q4_1 with the sum rounded to f16 as llama.cpp's q8_1 stores it,
+//! the others with the exact sum (a large offset would magnify the rounding). Q6_K
+//! (`d·sc·(q − 32)`, q < 64, a scale per 16 values) has a scale per half of each run of 32:
+//! the kernel's two integer sums per block are its halves, each less 32 × its activation
+//! code sum (exact integers) before its scale (see [`crate::tile::Tile`]).
 //!
 //! Why: on AVX2 a prefill expands the blocks to f32 and runs an f32 GEMM (8 multiply-adds
 //! per FMA lane group, 4 bytes read per weight). Here a block of 32 weights × 16 columns ×
@@ -27,6 +30,8 @@
 //! A weight is laid out either per call ([`matmul`], for `PANEL_ROWS` rows or more) or once
 //! for every later call ([`LaidOut`], for any number of rows: a decoding step's few rows
 //! too, where laying out each call's tiles cost more than the products).
+
+use std::borrow::Cow;
 
 use rayon::prelude::*;
 
@@ -93,24 +98,37 @@ pub fn matmul_with(
     assert_eq!(data.len(), n * kind.row_bytes(k), "{kind:?} storage size");
     assert_eq!(xs.q.len(), rows * k, "activation size");
     let code_sums = code_sums(kind, xs);
+    let amx = amx_for(amx, kind);
     multiply_tiles(amx, n, rows, |t, multiply| {
         TILE_BUFFER.with_borrow_mut(|tile| {
             tile.resize(k / BLOCK, packs(kind, amx));
             let first = t * TILE;
             tile.fill(kind, data, k, first, TILE.min(n - first));
-            multiply(tile, xs, code_sums);
+            multiply(tile, xs, &code_sums);
         })
     })
 }
 
 /// The activations' per-block code sums the offset term of `kind` meets: rounded to f16 for
-/// Q4_1 (as llama.cpp's q8_1 stores them), exact for the others.
-fn code_sums(kind: Blocks, xs: &Activations) -> &[f32] {
-    if kind == Blocks::Q4_1 {
-        &xs.s
-    } else {
-        &xs.sums
+/// Q4_1 (as llama.cpp's q8_1 stores them), exact for the others; for Q6_K, whose halves
+/// have scales of their own, 32 × the integer code sum of each half (two per block).
+fn code_sums(kind: Blocks, xs: &Activations) -> Cow<'_, [f32]> {
+    match kind {
+        Blocks::Q4_1 => Cow::Borrowed(&xs.s),
+        Blocks::Q6K => Cow::Owned(
+            xs.q.chunks_exact(BLOCK / 2)
+                .map(|half| 32.0 * half.iter().map(|&q| i32::from(q)).sum::<i32>() as f32)
+                .collect(),
+        ),
+        Blocks::Q5_0 | Blocks::Q8_0 | Blocks::Q4K => Cow::Borrowed(&xs.sums),
     }
+}
+
+/// Whether the panels of `kind` run on AMX tiles where the selected path is `amx`: the AMX
+/// kernel has one scale per block, so Q6_K's halves run on the VNNI kernel (which every
+/// AMX CPU has).
+fn amx_for(amx: bool, kind: Blocks) -> bool {
+    amx && !kind.halves()
 }
 
 /// The `(rows, n)` output of every 16-column tile, on the pool: `with_tile(t, multiply)`
@@ -255,8 +273,9 @@ impl LaidOut {
         );
         assert_eq!(xs.q.len(), rows * self.k, "activation size");
         let code_sums = code_sums(self.kind, xs);
+        let amx = amx_for(amx, self.kind);
         multiply_tiles(amx, self.n, rows, |t, multiply| {
-            multiply(&self.tiles[t], xs, code_sums)
+            multiply(&self.tiles[t], xs, &code_sums)
         })
     }
 }
@@ -306,19 +325,22 @@ mod avx512 {
     ) {
         // SAFETY: forwarded from the caller.
         unsafe {
-            if tile.packed {
-                panel_of::<true>(tile, xs, code_sums, first, count, panel)
-            } else {
-                panel_of::<false>(tile, xs, code_sums, first, count, panel)
+            match (tile.packed, tile.halves) {
+                (true, _) => panel_of::<true, false>(tile, xs, code_sums, first, count, panel),
+                (false, false) => {
+                    panel_of::<false, false>(tile, xs, code_sums, first, count, panel)
+                }
+                (false, true) => panel_of::<false, true>(tile, xs, code_sums, first, count, panel),
             }
         }
     }
 
-    /// [`panel`] for a tile whose codes are `PACKED` or not.
+    /// [`panel`] for a tile whose codes are `PACKED` or not, with a scale per block or per
+    /// `HALVES`.
     ///
     /// # Safety
-    /// As [`panel`]; `tile.packed == PACKED`.
-    unsafe fn panel_of<const PACKED: bool>(
+    /// As [`panel`]; `tile.packed == PACKED`, `tile.halves == HALVES` (never both).
+    unsafe fn panel_of<const PACKED: bool, const HALVES: bool>(
         tile: &Tile,
         xs: &Activations,
         code_sums: &[f32],
@@ -329,20 +351,20 @@ mod avx512 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match count {
-                8 => rows::<8, PACKED>(tile, xs, code_sums, first, panel),
-                7 => rows::<7, PACKED>(tile, xs, code_sums, first, panel),
-                6 => rows::<6, PACKED>(tile, xs, code_sums, first, panel),
-                5 => rows::<5, PACKED>(tile, xs, code_sums, first, panel),
-                4 => rows::<4, PACKED>(tile, xs, code_sums, first, panel),
-                3 => rows::<3, PACKED>(tile, xs, code_sums, first, panel),
-                2 => rows::<2, PACKED>(tile, xs, code_sums, first, panel),
-                _ => rows::<1, PACKED>(tile, xs, code_sums, first, panel),
+                8 => rows::<8, PACKED, HALVES>(tile, xs, code_sums, first, panel),
+                7 => rows::<7, PACKED, HALVES>(tile, xs, code_sums, first, panel),
+                6 => rows::<6, PACKED, HALVES>(tile, xs, code_sums, first, panel),
+                5 => rows::<5, PACKED, HALVES>(tile, xs, code_sums, first, panel),
+                4 => rows::<4, PACKED, HALVES>(tile, xs, code_sums, first, panel),
+                3 => rows::<3, PACKED, HALVES>(tile, xs, code_sums, first, panel),
+                2 => rows::<2, PACKED, HALVES>(tile, xs, code_sums, first, panel),
+                _ => rows::<1, PACKED, HALVES>(tile, xs, code_sums, first, panel),
             }
         }
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn rows<const R: usize, const PACKED: bool>(
+    unsafe fn rows<const R: usize, const PACKED: bool, const HALVES: bool>(
         tile: &Tile,
         xs: &Activations,
         code_sums: &[f32],
@@ -396,8 +418,24 @@ mod avx512 {
                 let scales = _mm512_loadu_ps(tile.scales.as_ptr().add(b * TILE));
                 let minimums = _mm512_loadu_ps(tile.minimums.as_ptr().add(b * TILE));
                 for (r, sum) in sums.iter_mut().enumerate() {
-                    let dot = _mm512_add_epi32(low[r], high[r]);
                     let index = (first + r) * per_row + b;
+                    if HALVES {
+                        // Each half's `Σ q·x − 32·Σ x` (exact integers below 2^24, so exact
+                        // as floats too) times its scale, the sum times the block's `d`.
+                        let half = |dot: __m512i, at: usize| {
+                            _mm512_sub_ps(
+                                _mm512_cvtepi32_ps(dot),
+                                _mm512_set1_ps(*code_sums.get_unchecked(at)),
+                            )
+                        };
+                        let first_half = _mm512_mul_ps(half(low[r], 2 * index), scales);
+                        let both =
+                            _mm512_fmadd_ps(half(high[r], 2 * index + 1), minimums, first_half);
+                        *sum =
+                            _mm512_fmadd_ps(both, _mm512_set1_ps(*xs.d.get_unchecked(index)), *sum);
+                        continue;
+                    }
+                    let dot = _mm512_add_epi32(low[r], high[r]);
                     let scale = _mm512_mul_ps(scales, _mm512_set1_ps(*xs.d.get_unchecked(index)));
                     *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
                     *sum = _mm512_fmadd_ps(
@@ -454,7 +492,9 @@ mod tests {
             // More than one 16-row AMX pass, the last one partial.
             (GgmlDType::Q4_1, Blocks::Q4_1, 16, 64, 35),
             (GgmlDType::Q8_0, Blocks::Q8_0, 35, 640, 9),
+            (GgmlDType::Q5_0, Blocks::Q5_0, 19, 640, 10),
             (GgmlDType::Q4K, Blocks::Q4K, 21, 512, 13),
+            (GgmlDType::Q6K, Blocks::Q6K, 21, 512, 13),
         ] {
             let weight = Tensor::from_vec(random(n, k, 5), (n, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&weight, dtype).unwrap();
