@@ -464,7 +464,8 @@ pub fn tokenize_all(
 /// with its row), which `shared_prefill` copies instead of computing. Lengths may mix: the
 /// prefill packs prompts and computes no padding (padding only costs cache slots, which
 /// decoding skips). Measured on the demo's 318 prompts, lanes taking batches in turn: 74 %
-/// of the prompt text is computed sorted this way, 83 % sorted by length then ids.
+/// of the prompt text is computed sorted this way, 83 % sorted by length then ids; lanes
+/// walking the schedule ([`LaneWalk`]): 72.9 %, against 72.4 % for the whole prefix tree.
 pub fn schedule(requests: &[Request], tokenized: &[Vec<u32>], max_batch: usize) -> Vec<Vec<usize>> {
     let max_batch = max_batch.max(1);
     // Groups by first appearance (params compare by value; f64 fields rule out hashing).
