@@ -70,10 +70,10 @@ impl LaneWalk {
         }
     }
 
-    /// The next batch for `lane`: the head's next while it lasts, then from its own stretch (its front for even lanes, its back
-    /// for odd ones), else, once that is empty, from the same end of the stretch with the
-    /// most batches left (a lane that finished early helps the others); `None` when every
-    /// batch has been taken.
+    /// The next batch for `lane`: the head's next while it lasts, then from its own stretch
+    /// (its front for even lanes, its back for odd ones), else, once that is empty, from the
+    /// same end of the stretch with the most batches left (a lane that finished early helps
+    /// the others); `None` when every batch has been taken.
     pub fn next(&self, lane: usize) -> Option<Step> {
         {
             let mut head = self.head.lock().unwrap_or_else(|e| e.into_inner());

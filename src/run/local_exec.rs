@@ -306,9 +306,10 @@ pub type BatchDone<'a> =
     dyn Fn(&[usize], Vec<crate::request::Response>, LocalStats) -> bool + Sync + 'a;
 
 /// Runs `batches` (from [`schedule`]) on `lanes` lanes sharing `local` (see [`Lane`]):
-/// pairs of lanes walk stretches of the schedule from both ends ([`LaneWalk`]), so each
-/// batch a lane runs follows the one before it in token order and the lane's kept prefix
-/// serves it. `halt` is checked between batches; `current` holds the first request of a
+/// lanes take batches in the order [`LaneWalk`] gives (the schedule's head in turn, a
+/// short schedule wholly in turn, else pairs of lanes walk stretches of its tail from both
+/// ends), so a walked batch follows the lane's previous one in token order and the lane's
+/// kept prefix serves it. `halt` is checked between batches; `current` holds the first request of a
 /// running batch. The first lane to fail stops the others after their batch in progress;
 /// returns every lane's counters.
 #[allow(clippy::too_many_arguments)]
