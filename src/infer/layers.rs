@@ -107,8 +107,9 @@ impl Linear {
     }
 
     /// Whether a row's product is the same whatever rows share the call: dense weights
-    /// (few rows padded, see [`MIN_DENSE_ROWS`]), or quantized ones on the int8 panels. Elsewhere a call of few rows takes block dot
-    /// products over 8-bit activations and one of many an f32 GEMM over expanded blocks.
+    /// (few rows padded, see [`MIN_DENSE_ROWS`]), or quantized ones on the int8 panels.
+    /// Elsewhere a call of few rows takes block dot products over 8-bit activations and one
+    /// of many an f32 GEMM over expanded blocks.
     pub fn rows_independent(&self) -> bool {
         match &self.weight {
             QMatMul::QTensor(q) => super::qmatmul::int8_prefill(q),

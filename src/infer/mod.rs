@@ -18,8 +18,9 @@
 //! Throughput: the prompts of one call run as micro-batches of `max_batch`, sorted by their
 //! tokens; each prompt copies the KV cache of what it shares with the prompt before it
 //! (a test's instructions, then a row) instead of computing it, and the last prompt's
-//! cache is kept for the next call (`shared_prefill`). [`LocalStats`] counts the prompt tokens actually run through
-//! the model, so that a benchmark can compare with and without reuse.
+//! cache is kept for the next call (`shared_prefill`). [`LocalStats`] counts the prompt
+//! tokens actually run through the model, so that a benchmark can compare with and
+//! without reuse.
 //!
 //! Identity: [`LocalModel::revision`] is a blake3 digest of the weight, config and
 //! tokenizer files' bytes, recomputed at every load (nothing is cached on disk), so a

@@ -220,7 +220,8 @@ pub(super) fn prefill(
                     .map(|&s| {
                         let mask =
                             |window| segment_mask(s, window, group, model.device(), model.dtype());
-                        // The sliding mask only for models with windowed layers, which alone use it.
+                        // The sliding mask only for models with windowed layers, which
+                        // alone use it.
                         let sliding = match model.sliding_window() {
                             Some(window) => mask(Some(window))?,
                             None => None,

@@ -216,7 +216,8 @@ pub(super) fn run_local_models(
 #[derive(Debug)]
 pub struct LocalFailure {
     pub kind: &'static str,
-    /// The [`LocalError`](crate::infer::LocalError)'s message (it names the file at fault and the fix).
+    /// The [`LocalError`](crate::infer::LocalError)'s message (it names the file at fault
+    /// and the fix).
     pub message: String,
     /// Indices into the model's requests.
     pub batch: Vec<usize>,
