@@ -310,9 +310,9 @@ pub type BatchDone<'a> =
 /// lanes take batches in the order [`LaneWalk`] gives (the schedule's head in turn, a
 /// short schedule wholly in turn, else pairs of lanes walk stretches of its tail from both
 /// ends), so a walked batch follows the lane's previous one in token order and the lane's
-/// kept prefix serves it. `halt` is checked between batches; `current` holds the first request of a
-/// running batch. The first lane to fail stops the others after their batch in progress;
-/// returns every lane's counters.
+/// kept prefix serves it. `halt` is checked between batches; `current` holds the first
+/// request of a running batch. The first lane to fail stops the others after their batch
+/// in progress; returns every lane's counters.
 #[allow(clippy::too_many_arguments)]
 pub fn run_in_lanes(
     local: &LocalModel,

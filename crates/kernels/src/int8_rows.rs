@@ -85,12 +85,17 @@ fn quantize_group(
 ) {
     #[cfg(target_arch = "x86_64")]
     if level >= crate::cpu::Isa::Avx512 && d.len() == GROUP_BLOCKS {
-        let x: &[f32; GROUP_BLOCKS * BLOCK] = x.try_into().expect("whole group");
-        let q: &mut [i8; GROUP_BLOCKS * BLOCK] = q.try_into().expect("whole group");
+        let whole = "whole group";
         // SAFETY: `cpu::isa` never selects a level the CPU lacks.
-        let (scales, sums) = unsafe { quantize_group_avx512(x, q) };
-        // SAFETY: as above; each slice holds the group's 16 blocks.
-        unsafe { store_scales(&scales, &sums, d, s, exact) };
+        unsafe {
+            quantize_group_avx512(
+                x.try_into().expect(whole),
+                q.try_into().expect(whole),
+                d.try_into().expect(whole),
+                s.try_into().expect(whole),
+                exact.try_into().expect(whole),
+            )
+        };
         return;
     }
     for ((((x, q), d), s), exact) in x
@@ -225,17 +230,23 @@ fn reduce_sixteen(
     _mm512_permutexvar_ps(in_order, whole)
 }
 
-/// 16 blocks' codes, their scales (`amax / 127`) and code sums, as 16 [`quantize_block`]
-/// calls would give them: the same maximum, division and rounding per value, with the
-/// maxima and sums reduced for all 16 blocks together ([`reduce_sixteen`]).
+/// 16 blocks' codes and their `d`, `s` and `exact` as [`quantize_group`]'s block loop gives
+/// them: the same maximum, division and rounding per value, with the maxima and code sums
+/// reduced for all 16 blocks together ([`reduce_sixteen`]) and the scales rounded to f16 in
+/// one vector conversion (to nearest, ties to even, as [`half`] rounds).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 fn quantize_group_avx512(
     x: &[f32; GROUP_BLOCKS * BLOCK],
     q: &mut [i8; GROUP_BLOCKS * BLOCK],
-) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512i) {
+    d: &mut [f32; GROUP_BLOCKS],
+    s: &mut [f32; GROUP_BLOCKS],
+    exact: &mut [f32; GROUP_BLOCKS],
+) {
     use std::arch::x86_64::*;
-    // SAFETY: 16 blocks of 32 values in, as many codes out (two vectors of 16 a block).
+    const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    // SAFETY: 16 blocks of 32 values in, as many codes out (two vectors of 16 a block),
+    // 16 values of each of `d`, `s` and `exact`.
     unsafe {
         let values: [[__m512; 2]; GROUP_BLOCKS] = std::array::from_fn(|b| {
             [
@@ -265,13 +276,17 @@ fn quantize_group_avx512(
             );
             _mm512_castsi512_ps(_mm512_add_epi32(low, high))
         });
-        let sums = reduce_sixteen(code_sums, |a, b| {
+        let sums = _mm512_cvtepi32_ps(_mm512_castps_si512(reduce_sixteen(code_sums, |a, b| {
             _mm512_castsi512_ps(_mm512_add_epi32(
                 _mm512_castps_si512(a),
                 _mm512_castps_si512(b),
             ))
-        });
-        (scales, _mm512_castps_si512(sums))
+        })));
+        let to_half = |v: __m512| _mm512_cvtph_ps(_mm512_cvtps_ph::<NEAREST>(v));
+        let rounded = to_half(scales);
+        _mm512_storeu_ps(d.as_mut_ptr(), rounded);
+        _mm512_storeu_ps(s.as_mut_ptr(), to_half(_mm512_mul_ps(sums, scales)));
+        _mm512_storeu_ps(exact.as_mut_ptr(), _mm512_mul_ps(rounded, sums));
     }
 }
 
@@ -293,34 +308,6 @@ fn round_codes(scaled: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512i 
         sign,
     ));
     _mm512_cvttps_epi32(_mm512_mask_add_ps(truncated, step_away, truncated, unit))
-}
-
-/// A group's f16-rounded scales `d`, scaled code sums `s` (`Σq · scale`, rounded to f16 as
-/// [`half`] rounds: to nearest, ties to even) and exact sums `d · Σq`, 16 lanes at once.
-///
-/// # Safety
-/// The CPU must have AVX-512 F; each slice must hold 16 values.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn store_scales(
-    scales: &std::arch::x86_64::__m512,
-    sums: &std::arch::x86_64::__m512i,
-    d: &mut [f32],
-    s: &mut [f32],
-    exact: &mut [f32],
-) {
-    use std::arch::x86_64::*;
-    const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    let to_half = |v: __m512| _mm512_cvtph_ps(_mm512_cvtps_ph::<NEAREST>(v));
-    let sums = _mm512_cvtepi32_ps(*sums);
-    let rounded = to_half(*scales);
-    assert!(d.len() == GROUP_BLOCKS && s.len() == GROUP_BLOCKS && exact.len() == GROUP_BLOCKS);
-    // SAFETY: each slice holds 16 values (asserted above).
-    unsafe {
-        _mm512_storeu_ps(d.as_mut_ptr(), rounded);
-        _mm512_storeu_ps(s.as_mut_ptr(), to_half(_mm512_mul_ps(sums, *scales)));
-        _mm512_storeu_ps(exact.as_mut_ptr(), _mm512_mul_ps(rounded, sums));
-    }
 }
 
 #[cfg(test)]
