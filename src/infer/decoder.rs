@@ -11,7 +11,8 @@ use tabcontam_kernels::activation::Gate;
 
 use super::decoder_spec::{DecoderSpec, NormKind, QkNorm, layer_name};
 use super::error::{CandleContext, LocalError};
-use super::layers::{Activation, CResult, LayerCache, Linear, Norm, Rope, attention};
+use super::kv_cache::LayerCache;
+use super::layers::{Activation, CResult, Linear, Norm, Rope, attention};
 use super::rotary_heads::rotate_into_heads;
 use super::tensor_values::with_f32_values;
 use super::weights::Weights;
@@ -56,6 +57,13 @@ impl Projection {
             Projection::Separate(linears) => linears.iter().all(Linear::rows_independent),
         }
     }
+
+    fn settle_on_panels(&mut self) {
+        match self {
+            Projection::Fused { linear, .. } => linear.settle_on_panels(),
+            Projection::Separate(linears) => linears.iter_mut().for_each(Linear::settle_on_panels),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +80,17 @@ struct Layer {
     mlp_in: Projection,
     down: Linear,
     sliding_window: Option<usize>,
+}
+
+impl Layer {
+    /// Every projection laid out for the int8 panels, its stored blocks dropped
+    /// ([`Linear::settle_on_panels`]).
+    fn settle_on_panels(&mut self) {
+        self.qkv.settle_on_panels();
+        self.o.settle_on_panels();
+        self.mlp_in.settle_on_panels();
+        self.down.settle_on_panels();
+    }
 }
 
 /// Additive attention masks for one forward step, `(batch, 1, new, cached + new)`.
@@ -289,6 +308,11 @@ impl DecoderModel {
                     .context(|| format!("loading {embed_name}"))?,
             })
         };
+        let mut lm_head = lm_head;
+        for layer in &mut layers {
+            layer.settle_on_panels();
+        }
+        lm_head.settle_on_panels();
         let final_norm = norm(weights, names.final_norm)?;
         Ok(DecoderModel {
             embed,

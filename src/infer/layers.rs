@@ -1,9 +1,8 @@
 //! Building blocks shared by the architectures: linear layers (dense or quantized), norms,
-//! activations, rotary embeddings with per-sequence positions, attention with an additive
-//! mask, and a preallocated KV cache that can be copied per prompt.
+//! activations, rotary embeddings with per-sequence positions and attention with an additive
+//! mask (the KV cache it reads is `kv_cache.rs`).
 
 use std::borrow::Cow;
-use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use candle_core::quantized::{QMatMul, QStorage, QTensor};
@@ -20,11 +19,21 @@ pub use super::error::CResult;
 /// `y = x Wᵀ + b`.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    weight: QMatMul,
+    weight: Weight,
     bias: Option<Tensor>,
     /// A quantized weight laid out for the int8 panels on its first product, when this CPU
     /// runs them (`qmatmul::lay_out`); shared by the clones.
     panels: Arc<OnceLock<Option<LaidOut>>>,
+}
+
+/// What a [`Linear`] multiplies with.
+#[derive(Debug, Clone)]
+enum Weight {
+    /// The weight as loaded (a quantized one laid out for the panels beside its blocks on
+    /// its first product, where this CPU runs them).
+    Stored(QMatMul),
+    /// The layout in `panels` only: [`Linear::settle_on_panels`] dropped the blocks.
+    Panels,
 }
 
 impl Linear {
@@ -37,7 +46,7 @@ impl Linear {
 
     fn new(weight: QMatMul, bias: Option<Tensor>) -> Self {
         Linear {
-            weight,
+            weight: Weight::Stored(weight),
             bias,
             panels: Arc::default(),
         }
@@ -67,9 +76,9 @@ impl Linear {
         let mut quantized = Vec::with_capacity(parts.len());
         for part in parts {
             match &part.weight {
-                QMatMul::Tensor(w) => dense.push(w.clone()),
-                QMatMul::QTensor(q) => quantized.push(Arc::clone(q)),
-                QMatMul::TensorF16(_) => return Ok(None),
+                Weight::Stored(QMatMul::Tensor(w)) => dense.push(w.clone()),
+                Weight::Stored(QMatMul::QTensor(q)) => quantized.push(Arc::clone(q)),
+                Weight::Stored(QMatMul::TensorF16(_)) | Weight::Panels => return Ok(None),
             }
         }
         if dense.len() == parts.len() {
@@ -112,14 +121,50 @@ impl Linear {
     /// of many an f32 GEMM over expanded blocks.
     pub fn rows_independent(&self) -> bool {
         match &self.weight {
-            QMatMul::QTensor(q) => super::qmatmul::int8_prefill(q),
-            QMatMul::Tensor(_) | QMatMul::TensorF16(_) => true,
+            Weight::Stored(QMatMul::QTensor(q)) => super::qmatmul::int8_prefill(q),
+            Weight::Stored(QMatMul::Tensor(_) | QMatMul::TensorF16(_)) | Weight::Panels => true,
+        }
+    }
+
+    /// Lays a quantized weight out for the int8 panels now, where this CPU runs them and
+    /// the layout budget allows, and drops its stored blocks: every product then reads the
+    /// layout, so the blocks were only memory (SmolLM2-135M: 66 MB of them beside 115 MB
+    /// of layout, a tenth of the demo's peak). Blocks another owner shares (a tied
+    /// embedding's table) stay with it. Call it once nothing needs the blocks any more
+    /// (after [`Linear::concat`]).
+    pub fn settle_on_panels(&mut self) {
+        let Weight::Stored(QMatMul::QTensor(q)) = &self.weight else {
+            return;
+        };
+        if q.device().is_cpu()
+            && self
+                .panels
+                .get_or_init(|| super::qmatmul::lay_out(q))
+                .is_some()
+        {
+            self.weight = Weight::Panels;
         }
     }
 
     pub fn forward(&self, xs: &Tensor) -> CResult<Tensor> {
-        let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
         let ys = match &self.weight {
+            Weight::Stored(weight) => self.product(weight, xs)?,
+            Weight::Panels => {
+                let laid_out = self.panels.get().and_then(Option::as_ref);
+                let laid_out = laid_out.expect("settled on panels only when laid out");
+                super::qmatmul::matmul_laid_out(xs, laid_out)?
+            }
+        };
+        match &self.bias {
+            Some(bias) => ys.broadcast_add(bias),
+            None => Ok(ys),
+        }
+    }
+
+    /// `xs Wᵀ` with the weight as loaded.
+    fn product(&self, weight: &QMatMul, xs: &Tensor) -> CResult<Tensor> {
+        let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
+        Ok(match weight {
             QMatMul::Tensor(w) => dense_matmul(xs, w)?,
             // On AVX-512 VNNI, Q4_1, Q8_0 and Q4_K stay 8-bit for any number of rows: int8
             // panels over the weight laid out once (`tabcontam_kernels::vnni`), ~3× the
@@ -148,11 +193,7 @@ impl Linear {
             // Few rows (decoding): block dot products read 4× less memory than f32.
             QMatMul::QTensor(q) if super::qmatmul::supports(q) => super::qmatmul::matmul(xs, q)?,
             other => other.forward(&xs.contiguous()?)?,
-        };
-        match &self.bias {
-            Some(bias) => ys.broadcast_add(bias),
-            None => Ok(ys),
-        }
+        })
     }
 }
 
@@ -473,181 +514,6 @@ pub fn attention(
     }
 }
 
-/// Keys and values of one attention layer for a batch, preallocated to the longest
-/// sequence the batch can reach so that each step writes in place.
-#[derive(Debug, Clone)]
-pub struct LayerCache {
-    k: Tensor,
-    v: Tensor,
-}
-
-impl LayerCache {
-    pub fn new(k: Tensor, v: Tensor) -> Self {
-        LayerCache { k, v }
-    }
-
-    pub fn empty(
-        batch: usize,
-        kv_heads: usize,
-        capacity: usize,
-        head_dim: usize,
-        dtype: DType,
-        device: &Device,
-    ) -> CResult<Self> {
-        let shape = (batch, kv_heads, capacity, head_dim);
-        Ok(LayerCache {
-            k: Tensor::zeros(shape, dtype, device)?,
-            v: Tensor::zeros(shape, dtype, device)?,
-        })
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.k.dim(2).unwrap_or(0)
-    }
-
-    /// The keys and values, `(batch, kv_heads, capacity, head_dim)` each.
-    pub fn tensors(&self) -> (&Tensor, &Tensor) {
-        (&self.k, &self.v)
-    }
-
-    /// Writes `k`, `v` at `offset` and returns the views over `[0, offset + new)`. The
-    /// cache grows (by a quarter) when the sequences outrun it: generations are sized
-    /// for what they produce, not for their token budget.
-    pub fn append(&mut self, offset: usize, k: &Tensor, v: &Tensor) -> CResult<(Tensor, Tensor)> {
-        let new = k.dim(2)?;
-        let needed = offset + new;
-        let capacity = self.capacity();
-        if needed > capacity {
-            self.grow(needed + needed / 4 + 16 - capacity)?;
-        }
-        self.k.slice_set(&k.contiguous()?, 2, offset)?;
-        self.v.slice_set(&v.contiguous()?, 2, offset)?;
-        Ok((
-            self.k.narrow(2, 0, offset + new)?,
-            self.v.narrow(2, 0, offset + new)?,
-        ))
-    }
-
-    fn grow(&mut self, extra: usize) -> CResult<()> {
-        let widen = |t: &Tensor| -> CResult<Tensor> {
-            let (b, heads, _, head_dim) = t.dims4()?;
-            let room = Tensor::zeros((b, heads, extra, head_dim), t.dtype(), t.device())?;
-            Tensor::cat(&[t, &room], 2)
-        };
-        self.k = widen(&self.k)?;
-        self.v = widen(&self.v)?;
-        Ok(())
-    }
-
-    /// The first `len` positions copied into a new cache of `batch` sequences and
-    /// `capacity` positions (the shared-prefix snapshot handed to each prompt).
-    pub fn expand(&self, len: usize, batch: usize, capacity: usize) -> CResult<Self> {
-        if self.k.device().is_cpu() && self.k.dtype() == DType::F32 {
-            return Ok(LayerCache {
-                k: expand_cpu(&self.k, len, batch, capacity)?,
-                v: expand_cpu(&self.v, len, batch, capacity)?,
-            });
-        }
-        let grow = |t: &Tensor| -> CResult<Tensor> {
-            let (b, heads, _, head_dim) = t.dims4()?;
-            let prefix = t.narrow(2, 0, len)?;
-            let prefix = if b == batch {
-                prefix
-            } else {
-                prefix.broadcast_as((batch, heads, len, head_dim))?
-            };
-            let rest = Tensor::zeros(
-                (batch, heads, capacity - len, head_dim),
-                t.dtype(),
-                t.device(),
-            )?;
-            Tensor::cat(&[&prefix.contiguous()?, &rest], 2)
-        };
-        Ok(LayerCache {
-            k: grow(&self.k)?,
-            v: grow(&self.v)?,
-        })
-    }
-
-    /// Writes `k`, `v` `(1, kv_heads, new, head_dim)` into sequence `row` from `slot` on.
-    pub fn write_row(&mut self, row: usize, slot: usize, k: &Tensor, v: &Tensor) -> CResult<()> {
-        self.k
-            .narrow(0, row, 1)?
-            .slice_set(&k.contiguous()?, 2, slot)?;
-        self.v
-            .narrow(0, row, 1)?
-            .slice_set(&v.contiguous()?, 2, slot)
-    }
-
-    /// Sequence `row`'s keys and values over `slots`, `(1, kv_heads, len, head_dim)` views.
-    pub fn row_view(&self, row: usize, slots: Range<usize>) -> CResult<(Tensor, Tensor)> {
-        let view = |t: &Tensor| t.narrow(0, row, 1)?.narrow(2, slots.start, slots.len());
-        Ok((view(&self.k)?, view(&self.v)?))
-    }
-
-    /// Sequence `row`'s `slots` as a cache of one sequence holding just them.
-    pub fn row_copy(&self, row: usize, slots: Range<usize>) -> CResult<Self> {
-        let (k, v) = self.row_view(row, slots)?;
-        Ok(LayerCache {
-            k: k.force_contiguous()?,
-            v: v.force_contiguous()?,
-        })
-    }
-
-    /// Copies `len` slots of `source`'s sequence `from.0` (this cache's when `source` is
-    /// `None`) starting at slot `from.1` into sequence `to.0` from slot `to.1`.
-    pub fn copy_slots(
-        &mut self,
-        source: Option<&LayerCache>,
-        from: (usize, usize),
-        to: (usize, usize),
-        len: usize,
-    ) -> CResult<()> {
-        let (k, v) = source
-            .unwrap_or(self)
-            .row_view(from.0, from.1..from.1 + len)?;
-        // A dense copy first: the source may share this cache's storage.
-        self.write_row(to.0, to.1, &k.force_contiguous()?, &v.force_contiguous()?)
-    }
-
-    /// Keeps only the sequences at `rows` (finished ones leave the batch).
-    pub fn select(&self, rows: &Tensor) -> CResult<Self> {
-        Ok(LayerCache {
-            k: self.k.index_select(rows, 0)?,
-            v: self.v.index_select(rows, 0)?,
-        })
-    }
-}
-
-/// [`LayerCache::expand`] on CPU: the new cache written once, in place, instead of a
-/// broadcast copy, a zero block and their concatenation (three times the cache at peak).
-fn expand_cpu(t: &Tensor, len: usize, batch: usize, capacity: usize) -> CResult<Tensor> {
-    let (b, heads, _, head_dim) = t.dims4()?;
-    if b != 1 && b != batch {
-        candle_core::bail!("cannot expand a cache of {b} sequences to {batch}");
-    }
-    // `(b, heads, len, head_dim)` rows of the source, dense.
-    let prefix = t
-        .narrow(2, 0, len)?
-        .contiguous()?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
-    let per_head = len * head_dim;
-    let mut out = vec![0f32; batch * heads * capacity * head_dim];
-    for (sequence, block) in out
-        .chunks_exact_mut(heads * capacity * head_dim)
-        .enumerate()
-    {
-        // One source sequence broadcast to every row, or row for row.
-        let source = if b == 1 { 0 } else { sequence };
-        for (head, rows) in block.chunks_exact_mut(capacity * head_dim).enumerate() {
-            let from = (source * heads + head) * per_head;
-            rows[..per_head].copy_from_slice(&prefix[from..from + per_head]);
-        }
-    }
-    Tensor::from_vec(out, (batch, heads, capacity, head_dim), t.device())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,6 +545,38 @@ mod tests {
                         "{rows} rows from {first} of a {k} → {n} product differ from the same rows among 40"
                     );
                 }
+            }
+        }
+    }
+
+    /// A quantized linear settled on its panels multiplies from the layout alone, with the
+    /// bits it gave beside its blocks, for a step's rows and a prefill's; where this CPU
+    /// has no panels (or `TABCONTAM_CPU` forces a path without them) it keeps its blocks.
+    #[test]
+    fn settling_on_panels_drops_the_blocks_and_keeps_the_products() {
+        use candle_core::quantized::GgmlDType;
+        let device = Device::Cpu;
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            let w = Tensor::randn(0f32, 1.0, (96, 128), &device).unwrap();
+            let q = QTensor::quantize(&w, dtype).unwrap();
+            let bias = Tensor::randn(0f32, 1.0, 96, &device).unwrap();
+            let stored = Linear::new(QMatMul::from_qtensor(q).unwrap(), Some(bias));
+            let mut settled = stored.clone();
+            settled.settle_on_panels();
+            let panels = super::super::qmatmul::int8_prefill(match &stored.weight {
+                Weight::Stored(QMatMul::QTensor(q)) => q,
+                other => panic!("loaded as {other:?}"),
+            });
+            assert_eq!(
+                matches!(settled.weight, Weight::Panels),
+                panels,
+                "{dtype:?}"
+            );
+            for rows in [1, 3, 40] {
+                let xs = Tensor::randn(0f32, 1.0, (rows, 128), &device).unwrap();
+                let before = stored.forward(&xs).unwrap().to_vec2::<f32>().unwrap();
+                let after = settled.forward(&xs).unwrap().to_vec2::<f32>().unwrap();
+                assert_eq!(before, after, "{dtype:?}, {rows} rows");
             }
         }
     }

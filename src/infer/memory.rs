@@ -19,9 +19,11 @@ static LAID_OUT: AtomicUsize = AtomicUsize::new(0);
 /// asked, 1 GiB where that is unknown) and says whether they fit; a weight that does not
 /// fit multiplies as stored instead.
 ///
-/// Why a budget: a laid-out weight costs about 1.25 bytes per weight beside its stored
-/// blocks (codes unpacked to bytes, f32 scales), 170 MB for SmolLM2-135M but ~10 GB for an
-/// 8B model, which must not push a machine into swap for a few percent of speed.
+/// Why a budget: a laid-out weight costs 0.75 bytes per Q4_1 weight (codes packed, f32
+/// scales; 1.25 for Q8_0 or where AMX reads whole bytes), more than its stored blocks,
+/// which a decoder drops once laid out (`Linear::settle_on_panels`) unless a tied
+/// embedding shares them: 115 MB for SmolLM2-135M but ~6–10 GB for an 8B model, which
+/// must not push a machine into swap for a few percent of speed.
 pub fn take_layout_budget(bytes: usize) -> bool {
     static BUDGET: OnceLock<usize> = OnceLock::new();
     let budget = *BUDGET.get_or_init(|| available_memory().map_or(1 << 30, |b| b / 4));

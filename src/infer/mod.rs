@@ -44,6 +44,7 @@ pub mod error;
 pub mod fetch;
 pub mod files;
 pub mod generate;
+pub mod kv_cache;
 pub mod layers;
 pub mod memory;
 pub mod prefill_attention;

@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use super::error::CResult;
-use super::layers::LayerCache;
+use super::kv_cache::LayerCache;
 use super::tensor_values::with_f32_values;
 
 /// Query rows per block of a head's products: rows `t0..t1` of a prompt's segment meet

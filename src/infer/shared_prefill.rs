@@ -10,7 +10,8 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::decoder::{DecoderModel, LayerAttention, Wanted};
-use super::layers::{CResult, LayerCache, attention};
+use super::kv_cache::LayerCache;
+use super::layers::{CResult, attention};
 use super::prefill_attention::{self, Queries};
 
 /// Packed prompt tokens per forward pass: bounds the activations and score matrices of a

@@ -191,8 +191,8 @@ where
 /// laying out each call's tiles cost more than the products.
 ///
 /// Costs memory: half a byte per 4-bit code (a byte where AMX reads them, and for Q8_0) and
-/// two f32 per block of 32 per column: 0.75 bytes per Q4_1 weight beside the stored blocks
-/// (their 0.625), which a decoding step reads whole.
+/// two f32 per block of 32 per column: 0.75 bytes per Q4_1 weight against the stored
+/// blocks' 0.625 (which the engine then drops), all of it read by each decoding step.
 pub struct LaidOut {
     kind: Blocks,
     n: usize,

@@ -6,7 +6,8 @@ use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
 use crate::infer::error::LocalError;
-use crate::infer::layers::{Activation, CResult, LayerCache, Linear, Norm, attention};
+use crate::infer::kv_cache::LayerCache;
+use crate::infer::layers::{Activation, CResult, Linear, Norm, attention};
 use crate::infer::weights::Weights;
 
 /// `config.json` of T5 checkpoints (names and defaults follow transformers).
