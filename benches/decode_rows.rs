@@ -176,6 +176,7 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     let load_before = race::load_average();
+    let speed_before = race::core_speed();
     let mut model = LocalModel::load(&model_path, &race::local_options()).expect("load model");
     model.set_batching(rows, true);
     let tokenized: Vec<Vec<u32>> = prompts
@@ -221,6 +222,7 @@ fn main() {
         );
     }
     let load_after = race::load_average();
+    let speed_after = race::core_speed();
     let ours = median(ours);
     println!();
     println!(
@@ -249,6 +251,7 @@ fn main() {
     }
     println!();
     println!("load average (1, 5, 15 min): {load_before} before, {load_after} after");
+    println!("core speed: {speed_before} before, {speed_after} after");
     println!("peak RSS of this process: {:.0} MiB", race::peak_rss_mib());
     let their_path = if theirs.is_some() {
         race::cpu_features(

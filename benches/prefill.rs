@@ -215,22 +215,6 @@ fn child(model_path: &Path, spec: &str) {
     .expect("prefill");
     // The lanes prefill at once: their wall time, not the sum of each lane's prefill time.
     let seconds = started.elapsed().as_secs_f64();
-    let peak = peak_macs_per_second(tabcontam_kernels::cpu::isa());
+    let peak = tabcontam_kernels::peak::on_every_core(tabcontam_kernels::cpu::isa());
     println!("RESULT {} {seconds} {peak}", stats.prompt_tokens_processed);
-}
-
-/// Multiply-adds per second of the path's inner instruction, every core at once.
-fn peak_macs_per_second(isa: Isa) -> f64 {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let started = Instant::now();
-    let total: f64 = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..cores)
-            .map(|_| scope.spawn(move || tabcontam_kernels::peak::multiply_adds(isa)))
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("peak loop"))
-            .sum()
-    });
-    total / started.elapsed().as_secs_f64()
 }

@@ -175,6 +175,7 @@ fn main() {
         requests.iter().map(|r| r.params.max_tokens).sum::<u32>()
     );
     let load_before = race::load_average();
+    let speed_before = race::core_speed();
 
     let loading = Instant::now();
     let mut model = LocalModel::load(&model_path, &race::local_options()).expect("load model");
@@ -216,6 +217,7 @@ fn main() {
     let our_rss = race::peak_rss_mib();
     drop(model);
     let load_after = race::load_average();
+    let speed_after = race::core_speed();
 
     let (ours, our_low, our_high) = median(ours);
     let theirs: Vec<(usize, (Measured, f64, f64))> = slot_counts
@@ -268,6 +270,7 @@ fn main() {
     println!();
     println!("model load: {load_seconds:.2} s (not in wall times)");
     println!("load average (1, 5, 15 min): {load_before} before, {load_after} after");
+    println!("core speed: {speed_before} before, {speed_after} after");
     println!("peak RSS of this process after the in-process runs: {our_rss:.0} MiB");
     let their_path = if theirs.is_empty() {
         "not measured".to_string()

@@ -1,6 +1,6 @@
 //! What the benches that race llama.cpp share: the test assets, a fresh `llama-server` per
 //! measurement (killed on drop), requests to its `/completion`, and the machine's state
-//! (load average, peak memory). Included by path (`#[path = "support/race.rs"]`).
+//! (load average, the cores' speed, peak memory). Included by path (`#[path = "support/race.rs"]`).
 
 #![allow(dead_code)] // each bench uses its own part of it
 
@@ -299,6 +299,20 @@ pub fn peak_rss_mib() -> f64 {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     usage.ru_maxrss as f64 / 1024.0
+}
+
+/// What the cores deliver now: the selected path's inner instruction (`vpdpbusd` on
+/// `avx512`, FMA on `avx2`; `tabcontam_kernels::peak`) run on every core at once, in G
+/// multiply-adds per second with the path's name. This machine's vCPUs have measured from
+/// half to all of their best over a day, so a wall time means little without it.
+pub fn core_speed() -> String {
+    let isa = tabcontam_kernels::cpu::isa();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!(
+        "{:.0} G MAC/s ({} on {cores} cores)",
+        tabcontam_kernels::peak::on_every_core(isa) / 1e9,
+        isa.name()
+    )
 }
 
 /// The 1, 5 and 15 minute load averages.

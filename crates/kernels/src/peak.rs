@@ -10,6 +10,24 @@ const ITERATIONS: usize = 10_000_000;
 /// Independent accumulators: enough to hide each instruction's latency.
 const CHAINS: usize = 12;
 
+/// Multiply-adds per second of the path's inner instruction on every core at once, a
+/// thread each: what the cores deliver now (the benches print it beside their wall times,
+/// since a shared machine's cores vary).
+pub fn on_every_core(isa: Isa) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let started = std::time::Instant::now();
+    let total: f64 = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..cores)
+            .map(|_| scope.spawn(move || multiply_adds(isa)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("peak loop"))
+            .sum()
+    });
+    total / started.elapsed().as_secs_f64()
+}
+
 /// Runs the path's inner instruction on this thread and returns the multiply-adds done:
 /// `tdpbsud` on full 16 × 64-byte tiles (16,384 int8 products each) for `amx`, 512-bit
 /// `vpdpbusd` (64) for `avx512`, 256-bit FMAs (8 f32 products) for `avx2`, scalar f32
