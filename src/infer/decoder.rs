@@ -286,7 +286,7 @@ impl DecoderModel {
             Embedding::Dense(weights.tensor(&embed_name)?)
         };
         let lm_head_name = format!("{}.weight", names.lm_head);
-        let lm_head = if weights.has(&lm_head_name) {
+        let mut lm_head = if weights.has(&lm_head_name) {
             // A biased head keeps `Linear::load`, which carries the bias.
             let quantized = if weights.has(&format!("{}.bias", names.lm_head)) {
                 None
@@ -308,7 +308,8 @@ impl DecoderModel {
                     .context(|| format!("loading {embed_name}"))?,
             })
         };
-        let mut lm_head = lm_head;
+        // Every weight is fused where it will be (`Projection::separate`): the stored
+        // blocks have no reader left but the embedding lookup, which keeps its own.
         for layer in &mut layers {
             layer.settle_on_panels();
         }

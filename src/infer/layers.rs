@@ -21,8 +21,9 @@ pub use super::error::CResult;
 pub struct Linear {
     weight: Weight,
     bias: Option<Tensor>,
-    /// A quantized weight laid out for the int8 panels on its first product, when this CPU
-    /// runs them (`qmatmul::lay_out`); shared by the clones.
+    /// A quantized weight laid out for the int8 panels when it settles on them or else on
+    /// its first product, where this CPU runs them (`qmatmul::lay_out`); shared by the
+    /// clones.
     panels: Arc<OnceLock<Option<LaidOut>>>,
 }
 
