@@ -33,3 +33,16 @@ pub fn take_layout_budget(bytes: usize) -> bool {
         })
         .is_ok()
 }
+
+/// Hands the memory freed so far back to the system. A model's weights and caches, dropped
+/// once its requests ran, go back to the allocator's per-thread arenas, where the next
+/// model (laid out as it loads, on other threads) cannot reuse them: on
+/// `experiments/demo-compare.toml` (three models one after another) the peak RSS grew by
+/// 400 MB that way. glibc only; elsewhere nothing to do.
+pub fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

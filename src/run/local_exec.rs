@@ -175,6 +175,8 @@ pub(super) fn run_local_models(
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
             generate_model(model, &work, tx, halt, bar, &current)
         }));
+        // The model is dropped: its memory is the next one's.
+        crate::infer::memory::return_freed_memory();
         let (kind, message, failed) = match run {
             Ok(Ok(())) => continue,
             Ok(Err(LocalFailure {
