@@ -1,5 +1,6 @@
-//! What the machine's memory allows the engine: the memory available now, and the budget
-//! of weights laid out once for the int8 panels (`qmatmul::lay_out`).
+//! What the machine's memory allows the engine: the memory available now, the budget of
+//! weights laid out once for the int8 panels (`qmatmul::lay_out`), and handing back what a
+//! finished model freed.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
