@@ -15,6 +15,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
+use tabcontam_kernels::unwritten;
 
 use super::error::CResult;
 use super::kv_cache::LayerCache;
@@ -73,7 +74,12 @@ pub fn attention(
         candle_core::bail!("{heads} query heads cannot share {kv_heads} key/value heads");
     }
     let group = heads / kv_heads;
-    let mut out = vec![0f32; total * heads * head_dim];
+    if queries.iter().map(Queries::len).sum::<usize>() != total {
+        candle_core::bail!("the packed prompts' rows do not cover the {total} queries");
+    }
+    // SAFETY: the prompts' rows cover the `total` rows (checked above) and each task
+    // writes its heads' columns of its prompt's rows, so every value is written.
+    let mut out = unsafe { tabcontam_kernels::unwritten::<f32>(total * heads * head_dim) };
     let target = Shared(out.as_mut_ptr());
     with_f32_values(q, |q| {
         with_f32_values(keys, |keys| {
@@ -130,10 +136,18 @@ impl Group<'_> {
         let (start, len, d) = (self.queries.start, self.queries.len(), self.head_dim);
         let group = self.heads.len();
         let block = ROW_BLOCK.min(len);
-        let mut stacked = vec![0f32; group * block * d];
-        let mut scores = vec![0f32; group * block * self.queries.end];
-        let mut probs = vec![0f32; scores.len()];
-        let mut outputs = vec![0f32; group * block * d];
+        // SAFETY (of the four): each block writes the rows it reads, in each buffer
+        // before reading it (the queries copied in, the scores and outputs by the
+        // products, which do not read their destination, the probabilities by the
+        // softmax and the zeros after each row's last key).
+        let (mut stacked, mut scores, mut outputs) = unsafe {
+            (
+                unwritten::<f32>(group * block * d),
+                unwritten::<f32>(group * block * self.queries.end),
+                unwritten::<f32>(group * block * d),
+            )
+        };
+        let mut probs = unsafe { unwritten::<f32>(scores.len()) };
         for t0 in (0..len).step_by(ROW_BLOCK) {
             let t1 = (t0 + ROW_BLOCK).min(len);
             let (rows, seen) = (t1 - t0, start + t1);

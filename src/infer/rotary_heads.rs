@@ -8,6 +8,7 @@
 
 use candle_core::{DType, Storage, Tensor};
 use rayon::prelude::*;
+use tabcontam_kernels::rotary::{rotate_halves, rotate_pairs};
 
 use super::error::CResult;
 use super::layers::Rope;
@@ -32,6 +33,7 @@ pub fn rotate_into_heads(
         || xs.dtype() != DType::F32
         || cos.dtype() != DType::F32
         || rope.rotary_dim != head_dim
+        || !head_dim.is_multiple_of(2)
         || heads * head_dim != width
         || cos.dims() != [batch, new, half]
         || sin.dims() != [batch, new, half]
@@ -46,7 +48,10 @@ pub fn rotate_into_heads(
         return Ok(None);
     };
     let values = &cpu.as_slice::<f32>()?[layout.start_offset()..];
-    let mut out = vec![0f32; batch * heads * new * head_dim];
+    // SAFETY: every head row of every token is written whole below (both rotations write
+    // all `head_dim` values, an even number).
+    let mut out = unsafe { tabcontam_kernels::unwritten::<f32>(batch * heads * new * head_dim) };
+    let level = tabcontam_kernels::cpu::isa();
     // The tables are the same for every layer of a pass: read in place, not copied.
     with_f32_values(cos, |cos| {
         with_f32_values(sin, |sin| {
@@ -60,40 +65,15 @@ pub fn rotate_into_heads(
                         let at = (b * new + t) * half;
                         let (c, s) = (&cos[at..at + half], &sin[at..at + half]);
                         if rope.interleaved {
-                            rotate_pairs(src, c, s, dst);
+                            rotate_pairs(level, src, c, s, dst);
                         } else {
-                            rotate_halves(src, c, s, dst);
+                            rotate_halves(level, src, c, s, dst);
                         }
                     }
                 })
         })
     })??;
     Tensor::from_vec(out, (batch, heads, new, head_dim), xs.device()).map(Some)
-}
-
-/// Adjacent pairs `(x[2i], x[2i+1])` rotated by angle `i` (candle's `rope_i`).
-fn rotate_pairs(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
-    for (((x, y), &c), &s) in src
-        .chunks_exact(2)
-        .zip(dst.chunks_exact_mut(2))
-        .zip(cos)
-        .zip(sin)
-    {
-        y[0] = x[0] * c - x[1] * s;
-        y[1] = x[0] * s + x[1] * c;
-    }
-}
-
-/// The halves' pairs `(x[i], x[i + d/2])` rotated by angle `i` (candle's `rope`).
-fn rotate_halves(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
-    let half = cos.len();
-    let (first, second) = src.split_at(half);
-    let (out_first, out_second) = dst.split_at_mut(half);
-    for i in 0..half {
-        let (x1, x2, c, s) = (first[i], second[i], cos[i], sin[i]);
-        out_first[i] = x1 * c - x2 * s;
-        out_second[i] = x1 * s + x2 * c;
-    }
 }
 
 #[cfg(test)]
@@ -106,8 +86,14 @@ mod tests {
     /// sequences with their own positions.
     #[test]
     fn one_pass_gives_candles_bits() {
+        for (heads, head_dim) in [(3, 8), (2, 64)] {
+            one_pass_matches(heads, head_dim);
+        }
+    }
+
+    fn one_pass_matches(heads: usize, head_dim: usize) {
         let device = Device::Cpu;
-        let (batch, new, heads, head_dim) = (2, 5, 3, 8);
+        let (batch, new) = (2, 5);
         let wide = Tensor::randn(0f32, 1.0, (batch, new, heads * head_dim + 7), &device).unwrap();
         let xs = wide.narrow(D::Minus1, 4, heads * head_dim).unwrap();
         let positions = vec![(3..8).collect::<Vec<u32>>(), (0..5).collect()];

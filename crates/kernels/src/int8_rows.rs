@@ -33,10 +33,20 @@ impl Activations {
     pub fn quantize(lhs: &[f32], k: usize) -> Self {
         let blocks_per_row = k / BLOCK;
         let blocks = lhs.len() / BLOCK;
-        let mut d = vec![0f32; blocks];
-        let mut s = vec![0f32; blocks];
-        let mut sums = vec![0f32; blocks];
-        let mut q = vec![0i8; lhs.len()];
+        assert!(
+            lhs.len().is_multiple_of(BLOCK) && k.is_multiple_of(BLOCK),
+            "activations in whole blocks of {BLOCK}"
+        );
+        // SAFETY: `quantize_group` writes every code, scale and sum of its group, and the
+        // groups cover the blocks.
+        let (mut d, mut s, mut sums, mut q) = unsafe {
+            (
+                crate::unwritten::<f32>(blocks),
+                crate::unwritten::<f32>(blocks),
+                crate::unwritten::<f32>(blocks),
+                crate::unwritten::<i8>(lhs.len()),
+            )
+        };
         let level = crate::cpu::isa();
         let quantize_group =
             |((((x, q), d), s), exact): GroupSlots| quantize_group(level, x, q, d, s, exact);

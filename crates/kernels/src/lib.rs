@@ -2,8 +2,8 @@
 //! as stored ([`q4_1`]), Q8_0 weights expanded for prefill ([`q8_0`]), quantized weights
 //! times many rows as int8 panels on AVX-512 VNNI ([`vnni`], on AMX tiles where present:
 //! [`amx`]), the gated MLP's activation
-//! ([`activation`]), RMSNorm ([`norm`]) and attention for decoding steps read from a KV
-//! cache ([`attention`]),
+//! ([`activation`]), RMSNorm ([`norm`]), the rotary embedding ([`rotary`]) and attention
+//! for decoding steps read from a KV cache ([`attention`]),
 //! on the instruction set [`cpu`] selects at run time, and the loops of full fine-tuning
 //! ([`train`], [`adamw`]) with its bf16 products ([`bf16`]); [`peak`] measures each path's arithmetic peak for the
 //! benchmarks' rooflines.
@@ -26,9 +26,27 @@ pub mod norm;
 pub mod peak;
 pub mod q4_1;
 pub mod q8_0;
+pub mod rotary;
 pub mod tile;
 pub mod train;
 pub mod vnni;
+
+/// A vector of `len` values left as the allocator hands them over, for outputs that the
+/// caller writes whole before anything reads them: no zeroing pass first (zeroing the
+/// outputs of the activation, the norms and the quantized activations was 1.5 % of the
+/// demo's samples, and it pulls every line into the cache once more).
+///
+/// # Safety
+/// Every value must be written before any is read (as `vnni::matmul` writes its output
+/// through the spare capacity before `set_len`, only the order differs).
+// The lint guards against reading such values; the contract above forbids it.
+#[allow(clippy::uninit_vec)]
+pub unsafe fn unwritten<T: Copy>(len: usize) -> Vec<T> {
+    let mut values = Vec::with_capacity(len);
+    // SAFETY: the capacity holds `len` values; the caller writes them before reading.
+    unsafe { values.set_len(len) };
+    values
+}
 
 /// The `rows × n` (row-major) result of a block matmul computed on the pool a task of
 /// `columns_per_task` output columns at a time: `columns(first, out)` fills `out` with

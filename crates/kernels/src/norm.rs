@@ -23,7 +23,8 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
         "rms_norm: rows of {dim} values"
     );
     let level = crate::cpu::isa();
-    let mut out = vec![0f32; x.len()];
+    // SAFETY: `rms_row` writes every value of each row, and the rows cover `out`.
+    let mut out = unsafe { crate::unwritten::<f32>(x.len()) };
     let row = |(x, out): (&[f32], &mut [f32])| rms_row(level, x, w, eps, out);
     if x.len() / dim > PARALLEL_ROWS {
         x.par_chunks(dim).zip(out.par_chunks_mut(dim)).for_each(row);
