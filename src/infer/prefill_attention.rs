@@ -140,14 +140,15 @@ impl Group<'_> {
         // before reading it (the queries copied in, the scores and outputs by the
         // products, which do not read their destination, the probabilities by the
         // softmax and the zeros after each row's last key).
-        let (mut stacked, mut scores, mut outputs) = unsafe {
+        let score_values = group * block * self.queries.end;
+        let (mut stacked, mut scores, mut probs, mut outputs) = unsafe {
             (
                 unwritten::<f32>(group * block * d),
-                unwritten::<f32>(group * block * self.queries.end),
+                unwritten::<f32>(score_values),
+                unwritten::<f32>(score_values),
                 unwritten::<f32>(group * block * d),
             )
         };
-        let mut probs = unsafe { unwritten::<f32>(scores.len()) };
         for t0 in (0..len).step_by(ROW_BLOCK) {
             let t1 = (t0 + ROW_BLOCK).min(len);
             let (rows, seen) = (t1 - t0, start + t1);

@@ -8,7 +8,7 @@
 
 use candle_core::{DType, Storage, Tensor};
 use rayon::prelude::*;
-use tabcontam_kernels::rotary::{rotate_halves, rotate_pairs};
+use tabcontam_kernels::rotary::rotate;
 
 use super::error::CResult;
 use super::layers::Rope;
@@ -64,11 +64,7 @@ pub fn rotate_into_heads(
                         let src = &values[from..from + head_dim];
                         let at = (b * new + t) * half;
                         let (c, s) = (&cos[at..at + half], &sin[at..at + half]);
-                        if rope.interleaved {
-                            rotate_pairs(level, src, c, s, dst);
-                        } else {
-                            rotate_halves(level, src, c, s, dst);
-                        }
+                        rotate(level, rope.interleaved, src, c, s, dst);
                     }
                 })
         })

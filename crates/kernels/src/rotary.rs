@@ -8,38 +8,38 @@
 
 use crate::cpu::Isa;
 
-/// Adjacent pairs `(x[2i], x[2i+1])` of `src` rotated by angle `i` into `dst` (candle's
-/// `rope_i`); `cos`, `sin` hold one value per pair.
-pub fn rotate_pairs(level: Isa, src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
+/// `src` rotated into `dst`: its adjacent pairs `(x[2i], x[2i+1])` by angle `i` where
+/// `interleaved` (candle's `rope_i`), else its halves' pairs `(x[i], x[i + d/2])` (candle's
+/// `rope`); `cos`, `sin` hold one value per pair.
+pub fn rotate(
+    level: Isa,
+    interleaved: bool,
+    src: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    dst: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: `cpu::isa` never selects a level the CPU lacks.
         if level >= Isa::Avx512 {
-            return unsafe { wide::pairs_avx512(src, cos, sin, dst) };
+            return unsafe { wide::avx512(interleaved, src, cos, sin, dst) };
         }
         if level >= Isa::Avx2 {
-            return unsafe { wide::pairs_avx2(src, cos, sin, dst) };
+            return unsafe { wide::avx2(interleaved, src, cos, sin, dst) };
         }
     }
     let _ = level;
-    pairs(src, cos, sin, dst);
+    plain(interleaved, src, cos, sin, dst);
 }
 
-/// The halves' pairs `(x[i], x[i + d/2])` of `src` rotated by angle `i` into `dst`
-/// (candle's `rope`); `cos`, `sin` hold `d/2` values.
-pub fn rotate_halves(level: Isa, src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: `cpu::isa` never selects a level the CPU lacks.
-        if level >= Isa::Avx512 {
-            return unsafe { wide::halves_avx512(src, cos, sin, dst) };
-        }
-        if level >= Isa::Avx2 {
-            return unsafe { wide::halves_avx2(src, cos, sin, dst) };
-        }
+#[inline(always)]
+fn plain(interleaved: bool, src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
+    if interleaved {
+        pairs(src, cos, sin, dst);
+    } else {
+        halves(src, cos, sin, dst);
     }
-    let _ = level;
-    halves(src, cos, sin, dst);
 }
 
 #[inline(always)]
@@ -72,23 +72,19 @@ fn halves(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod wide {
     #[target_feature(enable = "avx512f")]
-    pub(super) fn pairs_avx512(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
-        super::pairs(src, cos, sin, dst)
+    pub(super) fn avx512(
+        interleaved: bool,
+        src: &[f32],
+        cos: &[f32],
+        sin: &[f32],
+        dst: &mut [f32],
+    ) {
+        super::plain(interleaved, src, cos, sin, dst)
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) fn pairs_avx2(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
-        super::pairs(src, cos, sin, dst)
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn halves_avx512(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
-        super::halves(src, cos, sin, dst)
-    }
-
-    #[target_feature(enable = "avx2")]
-    pub(super) fn halves_avx2(src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
-        super::halves(src, cos, sin, dst)
+    pub(super) fn avx2(interleaved: bool, src: &[f32], cos: &[f32], sin: &[f32], dst: &mut [f32]) {
+        super::plain(interleaved, src, cos, sin, dst)
     }
 }
 
@@ -112,8 +108,8 @@ mod tests {
             halves(&src, &cos, &sin, &mut expected.1);
             for level in Isa::runnable() {
                 let mut got = (vec![0f32; head_dim], vec![0f32; head_dim]);
-                rotate_pairs(level, &src, &cos, &sin, &mut got.0);
-                rotate_halves(level, &src, &cos, &sin, &mut got.1);
+                rotate(level, true, &src, &cos, &sin, &mut got.0);
+                rotate(level, false, &src, &cos, &sin, &mut got.1);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
                     bits(&got.0),
