@@ -463,7 +463,8 @@ pub fn tokenize_all(
 /// Requests that differ at most in their token budget (same sampling, seed, stops and
 /// sample index) may share a micro-batch: each sequence stops at its own budget, and the
 /// sampler's draws depend on the request only. Within such a group the prompts are sorted
-/// by their token ids, so that each shares the most with its neighbour: a test's
+/// by budget, largest first (long answers decode together), then by their token ids, so
+/// that each shares the most with its neighbour: a test's
 /// instructions, then a row (a 0-shot prompt sits just before the 1-shot ones that start
 /// with its row), which `shared_prefill` copies instead of computing. Lengths may mix: the
 /// prefill packs prompts and computes no padding (padding only costs cache slots, which
@@ -489,7 +490,18 @@ pub fn schedule(requests: &[Request], tokenized: &[Vec<u32>], max_batch: usize) 
     }
     let mut batches = Vec::new();
     for (_, _, mut members) in groups {
-        members.sort_by(|&a, &b| (&tokenized[a], a).cmp(&(&tokenized[b], b)));
+        // Largest budget first, then by tokens: the requests that may decode for hundreds
+        // of steps share micro-batches, so a decoding step (which reads every weight)
+        // serves as many of them as it can; on the demo its eight long answers (budgets
+        // 256, 128 and 16) were spread over five micro-batches beside 4-token answers.
+        let key = |i: usize| {
+            (
+                std::cmp::Reverse(requests[i].params.max_tokens),
+                &tokenized[i],
+                i,
+            )
+        };
+        members.sort_by(|&a, &b| key(a).cmp(&key(b)));
         batches.extend(members.chunks(max_batch).map(<[usize]>::to_vec));
     }
     // Largest token budget first (a stable sort: equal budgets keep their order): a batch
@@ -574,8 +586,8 @@ mod tests {
     }
 
     #[test]
-    fn schedule_joins_budgets_sorts_by_tokens_and_keeps_sampling_apart() {
-        // Two tests' prompts interleaved in plan order, with different budgets; a long
+    fn schedule_sorts_by_budget_then_tokens_and_keeps_sampling_apart() {
+        // Three tests' prompts interleaved in plan order, with different budgets; a long
         // prompt that starts like a short one; one sampled request that must not join
         // the greedy ones.
         let requests = vec![
@@ -585,6 +597,7 @@ mod tests {
             request("sampled", 4, 0.7),
             request("a again", 4, 0.0),
             request("a again, with many rows", 4, 0.0),
+            request("c medium", 16, 0.0),
         ];
         let tokenized: Vec<Vec<u32>> = vec![
             vec![2, 9],
@@ -593,16 +606,18 @@ mod tests {
             vec![0],
             vec![1, 4],
             vec![1, 4, 7, 7, 7, 7],
+            vec![3],
         ];
         let batches = schedule(&requests, &tokenized, 2);
-        // Greedy group by token ids: the long prompt right after the short one it extends
-        // ([1,4] [1,4,7,…]), then [1,5] [2,3] | [2,9]; then the sampled one. The batches
-        // holding a budget of 256 run first, in that order.
-        assert_eq!(batches, vec![vec![1, 2], vec![0], vec![4, 5], vec![3]]);
+        // The greedy group by budget, then token ids: both 256s together ([2,3] [2,9]),
+        // the 16 beside the first 4 (budgets join), the long prompt right after the short
+        // one it extends ([1,4] [1,4,7,…]), then [1,5]; then the sampled one. Batches run
+        // largest budget first.
+        assert_eq!(batches, vec![vec![2, 0], vec![6, 4], vec![5, 1], vec![3]]);
         // Every request exactly once.
         let mut all: Vec<usize> = batches.concat();
         all.sort_unstable();
-        assert_eq!(all, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(all, vec![0, 1, 2, 3, 4, 5, 6]);
     }
 
     #[test]

@@ -99,11 +99,12 @@ fn main() {
     }
 }
 
-/// A decoding step's products: 6 rows (a batch of 8 with two finished) through every
-/// weight of SmolLM2-135M's 30 layers, far more than the caches hold, on one thread as a
-/// lane runs them; the codes laid out as bytes and packed two to a byte. What the step
-/// waits for is the weights' bytes, so the G/s of memory read is printed beside the
-/// multiply-adds.
+/// A decoding step's products: 1 row, then 6 (a batch of 8 with two finished), through
+/// every weight of SmolLM2-135M's 30 layers, far more than the caches hold, on one thread as
+/// a lane runs them; the codes laid out as bytes and packed two to a byte, each without and
+/// with the next tile asked for while one is multiplied (`LaidOut::matmul_unprefetched`
+/// against `matmul_with`), side by side. What the step waits for is the weights' bytes, so
+/// the G/s of memory read is printed beside the multiply-adds.
 fn decoding_steps() {
     let shapes = [
         (576usize, 576usize),
@@ -114,46 +115,64 @@ fn decoding_steps() {
         (1536, 576),
         (576, 1536),
     ];
-    let rows = 6;
     let weights: Vec<(usize, usize, Vec<u8>)> = (0..30)
         .flat_map(|_| shapes)
         .map(|(n, k)| (n, k, random_q4_1(n, k)))
         .collect();
-    let macs: f64 = weights.iter().map(|(n, k, _)| (rows * n * k) as f64).sum();
     let one_thread = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
         .unwrap();
-    let mut line = format!("decoding step, {rows} rows × 30 layers, 1 thread:");
     for packed in [false, true] {
-        let laid_out: Vec<(vnni::LaidOut, Activations)> = weights
+        let laid_out: Vec<vnni::LaidOut> = weights
             .iter()
-            .map(|(n, k, data)| {
-                let lhs = vec![0.5f32; rows * k];
-                (
-                    vnni::LaidOut::with_packing(Blocks::Q4_1, data, *n, *k, packed),
-                    Activations::quantize(&lhs, *k),
-                )
-            })
+            .map(|(n, k, data)| vnni::LaidOut::with_packing(Blocks::Q4_1, data, *n, *k, packed))
             .collect();
         let bytes: f64 = weights
             .iter()
             .map(|(n, k, _)| (n * k) as f64 * if packed { 0.75 } else { 1.25 })
             .sum();
-        let seconds = one_thread.install(|| {
-            seconds_per_call(|| {
-                for (weight, xs) in &laid_out {
-                    let _ = weight.matmul_with(false, xs, rows);
+        for rows in [1usize, 6] {
+            let macs: f64 = weights.iter().map(|(n, k, _)| (rows * n * k) as f64).sum();
+            let inputs: Vec<Activations> = weights
+                .iter()
+                .map(|(_, k, _)| Activations::quantize(&vec![0.5f32; rows * k], *k))
+                .collect();
+            let mut line = format!(
+                "decoding step, {rows} row{} × 30 layers, 1 thread, {}:",
+                if rows == 1 { "" } else { "s" },
+                if packed { "packed" } else { "bytes" }
+            );
+            let mut without = 0.0;
+            for ahead in [false, true] {
+                let seconds = one_thread.install(|| {
+                    seconds_per_call(|| {
+                        for (weight, xs) in laid_out.iter().zip(&inputs) {
+                            let _ = if ahead {
+                                weight.matmul_with(false, xs, rows)
+                            } else {
+                                weight.matmul_unprefetched(false, xs, rows)
+                            };
+                        }
+                    })
+                });
+                line += &format!(
+                    " {} {:.2} ms ({:.0} G MAC/s, {:.1} GB/s of weights)",
+                    if ahead {
+                        "next tile asked for"
+                    } else {
+                        "tile by tile"
+                    },
+                    seconds * 1e3,
+                    macs / seconds / 1e9,
+                    bytes / seconds / 1e9
+                );
+                if ahead {
+                    line += &format!(" ({:.2}x)", without / seconds);
                 }
-            })
-        });
-        line += &format!(
-            " {} {:.2} ms ({:.0} G MAC/s, {:.1} GB/s of weights)",
-            if packed { "packed" } else { "bytes" },
-            seconds * 1e3,
-            macs / seconds / 1e9,
-            bytes / seconds / 1e9
-        );
+                without = seconds;
+            }
+            println!("{line}");
+        }
     }
-    println!("{line}");
 }
